@@ -1,0 +1,154 @@
+"""Kernel instances: a family plus a config, with canonical names that parse back (DESIGN §4).
+
+Every field that changes the compiled binary is part of :class:`KernelConfig` and of its name, so
+no two distinct kernels ever share a name or a feature row (the seed's aliasing flaw).
+
+Name grammar (all fields, fixed order)::
+
+    gconv_{direction}_{dtype}_{ndim}d_{family}_{block_m}x{block_n}x{block_k}
+         _w{num_warps}_s{num_stages}_gm{group_m}_sk{split_k}_mg{merge}_v{vec}_i{32|64}
+
+e.g. ``gconv_fwd_bf16_2d_igemm_128x64x32_w4_s3_gm8_sk1_mg1_v8_i32``.
+
+Families and what their block sizes tile (per group, see each kernel's docstring for the GEMM):
+
+=========  ===============================================  =========================================
+family     what it is                                       block_m × block_n × block_k
+=========  ===============================================  =========================================
+igemm      tensor-core implicit GEMM, one flattened loop    GEMM M × GEMM N × channels per tap step
+           over (filter taps × channel blocks)
+gmerge     igemm with ``merge`` groups per CTA and a        as igemm, over the merged groups
+           block-diagonal operand (small C/G or K/G)
+gemm1x1    1×1, stride 1, no padding: a plain GEMM          as igemm
+direct     CUDA-core FMA (depthwise and small C/G),         positions × channels × 1
+           vectorised over channels
+=========  ===============================================  =========================================
+
+``split_k`` (backward-weight only) splits the reduction over N·prod(out) into that many parts
+written to an fp32 workspace and summed in a fixed order (deterministic, no atomics).
+``vec`` = 8 promises 16-byte-aligned channel runs (``is_supported`` checks the channel counts);
+``index64`` computes element offsets in 64 bits for tensors over 2^31 elements.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+
+from tiledispatch.native.problem import Direction, DType
+
+
+class ConfigError(ValueError):
+    """A kernel config or name is malformed; the message names the field."""
+
+
+class Family(str, Enum):
+    IGEMM = "igemm"
+    GMERGE = "gmerge"
+    GEMM1X1 = "gemm1x1"
+    DIRECT = "direct"
+
+    @property
+    def uses_tensor_cores(self) -> bool:
+        return self is not Family.DIRECT
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    direction: Direction
+    dtype: DType
+    ndim: int
+    family: Family
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+    group_m: int = 1
+    split_k: int = 1
+    merge: int = 1
+    vec: int = 1
+    index64: bool = False
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        try:
+            set_(self, "direction", Direction(self.direction))
+            set_(self, "dtype", DType(self.dtype))
+            set_(self, "family", Family(self.family))
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
+        if self.ndim not in (2, 3):
+            raise ConfigError(f"ndim: must be 2 or 3, got {self.ndim}")
+        for name in ("block_m", "block_n", "block_k", "num_warps", "group_m", "split_k", "merge"):
+            value = getattr(self, name)
+            if value < 1 or value & (value - 1):
+                raise ConfigError(f"{name}: must be a power of two >= 1, got {value}")
+        if self.num_stages < 1:
+            raise ConfigError(f"num_stages: must be >= 1, got {self.num_stages}")
+        if self.vec not in (1, 8):
+            raise ConfigError(f"vec: must be 1 or 8, got {self.vec}")
+        if self.split_k > 1 and self.direction is not Direction.BACKWARD_WEIGHT:
+            raise ConfigError("split_k: only backward_weight kernels split the reduction")
+        if (self.merge > 1) != (self.family is Family.GMERGE):
+            raise ConfigError("merge: must be > 1 exactly for the gmerge family")
+        if self.family.uses_tensor_cores:
+            if self.block_k < 16 or self.block_m < 16 or self.block_n < 16:
+                raise ConfigError("block_m/block_n/block_k: tensor-core tiles need every side >= 16")
+        else:
+            if self.block_k != 1 or self.num_stages != 1 or self.group_m != 1:
+                raise ConfigError("direct kernels use block_k=1, num_stages=1, group_m=1")
+
+    @property
+    def name(self) -> str:
+        return (f"gconv_{self.direction.value}_{self.dtype.value}_{self.ndim}d_{self.family.value}"
+                f"_{self.block_m}x{self.block_n}x{self.block_k}_w{self.num_warps}_s{self.num_stages}"
+                f"_gm{self.group_m}_sk{self.split_k}_mg{self.merge}_v{self.vec}_i{64 if self.index64 else 32}")
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def smem_bytes_estimate(self) -> int:
+        """Operand staging buffers of the software pipeline (tensor-core families); 0 for direct."""
+        if not self.family.uses_tensor_cores:
+            return 0
+        return self.num_stages * (self.block_m * self.block_k + self.block_k * self.block_n) * self.dtype.itemsize
+
+    @property
+    def accumulator_registers(self) -> int:
+        """fp32 accumulator registers each thread holds."""
+        return self.block_m * self.block_n // (32 * self.num_warps)
+
+
+_NAME_RE = re.compile(
+    r"^gconv_(?P<direction>fwd|bwd_data|bwd_weight)_(?P<dtype>bf16|fp16|fp32)_(?P<ndim>[23])d"
+    r"_(?P<family>[a-z0-9]+)_(?P<block_m>\d+)x(?P<block_n>\d+)x(?P<block_k>\d+)_w(?P<num_warps>\d+)"
+    r"_s(?P<num_stages>\d+)_gm(?P<group_m>\d+)_sk(?P<split_k>\d+)_mg(?P<merge>\d+)_v(?P<vec>\d+)"
+    r"_i(?P<index_bits>32|64)$"
+)
+
+
+def parse_kernel_name(name: str) -> KernelConfig:
+    """Inverse of :attr:`KernelConfig.name`; raises :class:`ConfigError` on anything else."""
+    match = _NAME_RE.match(name)
+    if not match:
+        raise ConfigError(f"kernel name: {name!r} does not follow "
+                          "gconv_<dir>_<dtype>_<n>d_<family>_<M>x<N>x<K>_w<W>_s<S>_gm<G>_sk<SK>_mg<MG>_v<V>_i<32|64>")
+    fields = match.groupdict()
+    index_bits = fields.pop("index_bits")
+    try:
+        family = Family(fields.pop("family"))
+    except ValueError:
+        raise ConfigError(f"kernel name: unknown family in {name!r}; families: {[f.value for f in Family]}") from None
+    config = KernelConfig(
+        direction=Direction(fields.pop("direction")),
+        dtype=DType(fields.pop("dtype")),
+        family=family,
+        index64=index_bits == "64",
+        **{key: int(value) for key, value in fields.items()},
+    )
+    if config.name != name:  # e.g. leading zeros: the canonical spelling is the only spelling
+        raise ConfigError(f"kernel name: {name!r} is not canonical; did you mean {config.name!r}?")
+    return config

@@ -1,0 +1,80 @@
+"""What a kernel template declares, so one runtime can compile, load and launch every family.
+
+A *template* is one Triton kernel source (plus helper binaries such as a split-K reduction) for
+one direction and a set of families. For a :class:`KernelConfig` it gives
+
+* ``programs(config)``: every binary the instance needs, each as a :class:`Program` (the
+  ``@triton.jit`` function, its constexprs, and the types of its run-time parameters). Constexprs
+  come from the config alone, never from a problem, so an instance compiles exactly once;
+* ``plan(problem, config, first, second, out, workspace)``: the launches for one problem, each a
+  :class:`Launch` naming a program, its grid and its run-time arguments in parameter order;
+* ``workspace_elements(problem, config)``: fp32 scratch the plan needs (split-K partials).
+
+Run-time integer parameters are typed ``i32`` in 32-bit-indexed kernels and ``i64`` in
+``index64`` kernels; pointers are declared 16-byte aligned (the runtime checks each tensor).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from tiledispatch.native.configs import Family, KernelConfig
+from tiledispatch.native.problem import ConvProblem, Direction, DType
+
+TRITON_DTYPE = {DType.BF16: "bf16", DType.FP16: "fp16", DType.FP32: "fp32"}
+
+
+@dataclass(frozen=True)
+class Program:
+    """One binary of a kernel instance."""
+
+    fn: Any                           # the @triton.jit function
+    constexprs: dict[str, Any]        # values of its tl.constexpr parameters
+    param_types: dict[str, str]       # every run-time parameter in order: "*bf16", "*fp32", "i32", "i64"
+    num_warps: int
+    num_stages: int
+
+    def signature(self) -> dict[str, str]:
+        """Triton's full signature: every parameter in definition order, constexprs marked."""
+        out = {}
+        for name in self.fn.arg_names:
+            if name in self.constexprs:
+                out[name] = "constexpr"
+            elif name in self.param_types:
+                out[name] = self.param_types[name]
+            else:
+                raise KeyError(f"{self.fn.__name__}: parameter {name!r} has neither a type nor a constexpr value")
+        return out
+
+
+@dataclass(frozen=True)
+class Launch:
+    program: str                      # key into programs(config)
+    grid: tuple[int, int, int]
+    args: tuple                       # run-time arguments in parameter order (constexprs excluded)
+    zero_fill: tuple = field(default=())  # tensors to zero before this launch (rarely needed)
+
+
+class KernelTemplate(Protocol):
+    direction: Direction
+    families: frozenset[Family]
+
+    def programs(self, config: KernelConfig) -> dict[str, Program]: ...
+
+    def plan(self, problem: ConvProblem, config: KernelConfig, first: Any, second: Any, out: Any,
+             workspace: Any) -> list[Launch]: ...
+
+    def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int: ...
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def int_type(config: KernelConfig) -> str:
+    return "i64" if config.index64 else "i32"
+
+
+def pointer_type(dtype: DType) -> str:
+    return "*" + TRITON_DTYPE[dtype]

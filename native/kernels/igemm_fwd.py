@@ -1,0 +1,164 @@
+"""Forward convolution on tensor cores: implicit GEMM (igemm), group-merged (gmerge) and 1×1 (gemm1x1).
+
+GEMM mapping, per block of ``MERGE`` consecutive groups starting at ``g0`` (``MERGE`` = 1 except gmerge):
+
+* rows ``m`` (GEMM M = N·prod(out)): output positions ``(n, od, oh, ow)``;
+* columns ``j`` (GEMM N = MERGE·K/G): output channel ``g0·K/G + j``, of merged group ``j // (K/G)``;
+* reduction (GEMM K = prod(filter)·MERGE·C/G): one flattened loop over (filter tap, channel block),
+  channel ``r`` of the merged block is input channel ``g0·C/G + r`` of merged group ``r // (C/G)``;
+
+``Y[m, j] = Σ_tap Σ_r X[n, o·stride − pad_begin + tap·dilation, g0·C/G + r] · B[r, j]`` with
+``B[r, j] = W[g0 + j//(K/G), j % (K/G), tap, r % (C/G)]`` where ``r // (C/G) == j // (K/G)`` and 0
+elsewhere: a block-diagonal operand, so merged groups never mix. Because NHWGC keeps the channels of
+consecutive groups adjacent, the merged input and output channel runs are contiguous.
+2D problems run as 3D with depth 1.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from tiledispatch.native.configs import Family, KernelConfig
+from tiledispatch.native.kernels.base import Launch, Program, cdiv, int_type, pointer_type
+from tiledispatch.native.problem import ConvProblem, Direction, DType
+
+_SIZE_PARAMS = ("BATCH", "GROUPS", "CG", "KG", "IN_D", "IN_H", "IN_W", "OUT_D", "OUT_H", "OUT_W",
+                "F_D", "F_H", "F_W", "STR_D", "STR_H", "STR_W", "DIL_D", "DIL_H", "DIL_W",
+                "PAD_D", "PAD_H", "PAD_W")
+
+
+@triton.jit
+def _igemm_fwd_kernel(
+    x_ptr, w_ptr, y_ptr,
+    BATCH, GROUPS, CG, KG, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W,
+    F_D, F_H, F_W, STR_D, STR_H, STR_W, DIL_D, DIL_H, DIL_W, PAD_D, PAD_H, PAD_W,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    MERGE: tl.constexpr, IS_1X1: tl.constexpr, VEC: tl.constexpr, INDEX64: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    if VEC == 8:  # lets the compiler prove 16-byte alignment of channel runs
+        CG = (CG // 8) * 8
+        KG = (KG // 8) * 8
+    C_TOTAL = GROUPS * CG
+    K_TOTAL = GROUPS * KG
+    M = BATCH * OUT_D * OUT_H * OUT_W
+    GC = MERGE * CG  # merged reduction channels
+    GK = MERGE * KG  # merged output channels
+
+    # Grouped (swizzled) ordering of the (m, n) tiles for L2 reuse of the operand tiles.
+    pid = tl.program_id(0)
+    group_block = tl.program_id(1)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(GK, BLOCK_N)
+    pids_in_group = GROUP_M * num_pid_n
+    first_m = (pid // pids_in_group) * GROUP_M
+    group_rows = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % pids_in_group) % group_rows
+    pid_n = (pid % pids_in_group) // group_rows
+    g0 = group_block * MERGE
+
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    if INDEX64:
+        rows = rows.to(tl.int64)
+    row_ok = rows < M
+    col_ok = (cols < GK) & (g0 * KG + cols < K_TOTAL)
+
+    if IS_1X1:
+        x_row = rows * C_TOTAL
+    else:
+        ow = rows % OUT_W
+        t = rows // OUT_W
+        oh = t % OUT_H
+        t = t // OUT_H
+        od = t % OUT_D
+        nb = t // OUT_D
+        base_d = od * STR_D - PAD_D
+        base_h = oh * STR_H - PAD_H
+        base_w = ow * STR_W - PAD_W
+
+    taps = F_D * F_H * F_W
+    k_blocks = tl.cdiv(GC, BLOCK_K)
+    w_col = (g0 * KG + cols) * (taps * CG)  # start of each output channel's filter
+    if INDEX64:
+        w_col = w_col.to(tl.int64)
+    col_group = cols // KG
+    red = tl.arange(0, BLOCK_K)
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for it in tl.range(0, taps * k_blocks):
+        tap = it // k_blocks
+        r = (it % k_blocks) * BLOCK_K + red
+        r_ok = (r < GC) & (g0 * CG + r < C_TOTAL)
+        if IS_1X1:
+            a_ptrs = x_ptr + (x_row[:, None] + (g0 * CG + r)[None, :])
+            a_mask = row_ok[:, None] & r_ok[None, :]
+        else:
+            tw = tap % F_W
+            th = (tap // F_W) % F_H
+            td = tap // (F_W * F_H)
+            i_d = base_d + td * DIL_D
+            i_h = base_h + th * DIL_H
+            i_w = base_w + tw * DIL_W
+            in_ok = row_ok & (i_d >= 0) & (i_d < IN_D) & (i_h >= 0) & (i_h < IN_H) & (i_w >= 0) & (i_w < IN_W)
+            x_row = (((nb * IN_D + i_d) * IN_H + i_h) * IN_W + i_w) * C_TOTAL
+            a_ptrs = x_ptr + (x_row[:, None] + (g0 * CG + r)[None, :])
+            a_mask = in_ok[:, None] & r_ok[None, :]
+        a = tl.load(a_ptrs, mask=a_mask, other=0.0)
+        if MERGE == 1:
+            b_ptrs = w_ptr + (w_col[None, :] + tap * CG + r[:, None])
+            b_mask = r_ok[:, None] & col_ok[None, :]
+        else:
+            red_group = r // CG
+            b_ptrs = w_ptr + (w_col[None, :] + tap * CG + (r - red_group * CG)[:, None])
+            b_mask = r_ok[:, None] & col_ok[None, :] & (red_group[:, None] == col_group[None, :])
+        b = tl.load(b_ptrs, mask=b_mask, other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+
+    y_ptrs = y_ptr + (rows * K_TOTAL)[:, None] + (g0 * KG + cols)[None, :]
+    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
+
+
+def spatial_args(problem: ConvProblem) -> tuple[int, ...]:
+    """The 3D view of a problem's sizes, in the kernel's parameter order after the channel counts."""
+    def as3(values: tuple[int, ...], fill: int) -> tuple[int, ...]:
+        return (fill,) * (3 - len(values)) + tuple(values)
+
+    return (*as3(problem.input_size, 1), *as3(problem.output_size, 1), *as3(problem.filter_size, 1),
+            *as3(problem.stride, 1), *as3(problem.dilation, 1), *as3(problem.pad_begin, 0))
+
+
+class IgemmForward:
+    direction = Direction.FORWARD
+    families = frozenset({Family.IGEMM, Family.GMERGE, Family.GEMM1X1})
+
+    def programs(self, config: KernelConfig) -> dict[str, Program]:
+        ptr = pointer_type(config.dtype)
+        ints = int_type(config)
+        types = {"x_ptr": ptr, "w_ptr": ptr, "y_ptr": ptr, **{name: ints for name in _SIZE_PARAMS}}
+        constexprs = {
+            "BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k,
+            "GROUP_M": config.group_m, "MERGE": config.merge, "IS_1X1": config.family is Family.GEMM1X1,
+            "VEC": config.vec, "INDEX64": config.index64,
+            "DOT_PRECISION": "ieee" if config.dtype is DType.FP32 else "tf32",
+        }
+        return {"main": Program(_igemm_fwd_kernel, constexprs, types, config.num_warps, config.num_stages)}
+
+    def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
+        return 0
+
+    def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
+        m = problem.batch * _prod(problem.output_size)
+        tiles = cdiv(m, config.block_m) * cdiv(config.merge * problem.k_per_group, config.block_n)
+        grid = (tiles, cdiv(problem.groups, config.merge), 1)
+        args = (first, second, out, problem.batch, problem.groups, problem.c_per_group, problem.k_per_group,
+                *spatial_args(problem))
+        return [Launch("main", grid, args)]
+
+
+def _prod(values: tuple[int, ...]) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out

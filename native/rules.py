@@ -1,0 +1,164 @@
+"""Rule sets ``tiny ⊂ default ⊂ full``, generated from rules over the arch spec.
+
+Nothing here is a hand-kept list of kernels: ``full`` is every config that the hard rules allow
+on the target (tile sides, shared memory per pipeline stage against the arch's per-block limit,
+accumulator registers per thread, warps), ``default`` is ``full`` filtered by the selection rules
+below, and ``tiny`` is ``default`` filtered again, so the subset relations hold by construction
+(and are tested).
+"""
+
+from __future__ import annotations
+
+import itertools
+from functools import lru_cache
+from typing import Iterable, Iterator
+
+from tiledispatch.native.arch import ArchSpec, get_arch
+from tiledispatch.native.configs import Family, KernelConfig
+from tiledispatch.native.problem import Direction, DType
+
+RULE_SETS = ("tiny", "default", "full")
+
+# ---- hard rules (full) ----------------------------------------------------------------------
+#: Per-thread fp32 accumulator registers above which ptxas spills on sm_80+ (255 regs/thread,
+#: the rest go to addresses, indices and operand fragments).
+MAX_ACCUMULATOR_REGISTERS = 128
+#: Shared memory kept free for the epilogue's layout conversion and Triton's barriers.
+EPILOGUE_SMEM_RESERVE = 8 * 1024
+
+_TC_BLOCK_M = (32, 64, 128, 256)
+_TC_BLOCK_N = (16, 32, 64, 128, 256)
+_TC_BLOCK_K = (16, 32, 64, 128)
+_TC_WARPS = (4, 8)
+_TC_STAGES = (2, 3, 4, 5)
+_GROUP_M = (1, 8)
+_MERGE = (2, 4, 8, 16, 32)
+_SPLIT_K = (1, 2, 4, 8, 16, 32, 64)
+_DIRECT_BLOCK_M = (16, 32, 64, 128, 256)
+_DIRECT_BLOCK_N = (8, 16, 32, 64, 128)
+_DIRECT_WARPS = (1, 2, 4, 8)
+#: Direct kernels keep block_m*block_n/threads values live per operand; past this they spill.
+MAX_DIRECT_ELEMENTS_PER_THREAD = 64
+
+
+def _tensor_core_ok(config: KernelConfig, arch: ArchSpec) -> bool:
+    if config.smem_bytes_estimate > arch.smem_per_block_bytes - EPILOGUE_SMEM_RESERVE:
+        return False
+    if config.accumulator_registers > MAX_ACCUMULATOR_REGISTERS:
+        return False
+    if config.accumulator_registers < 4:  # fewer accumulators than one mma fragment per thread
+        return False
+    # wgmma issues per warpgroup of 4 warps over >= 64 rows each.
+    if config.num_warps == 8 and config.block_m * config.block_n < 128 * 64:
+        return False
+    return True
+
+
+def _direct_ok(config: KernelConfig) -> bool:
+    per_thread = config.block_m * config.block_n // (32 * config.num_warps)
+    return 1 <= per_thread <= MAX_DIRECT_ELEMENTS_PER_THREAD
+
+
+def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> Iterator[KernelConfig]:
+    """Every combination of field values ``full`` may hold; with ``narrow`` only the values that the
+    default rule can accept (a pure speed-up: the rules below still decide membership)."""
+    bwd_weight = direction is Direction.BACKWARD_WEIGHT
+    for family in Family:
+        if family is Family.DIRECT:
+            domains = (_DIRECT_BLOCK_M, _DIRECT_BLOCK_N, _DIRECT_WARPS, _SPLIT_K if bwd_weight else (1,),
+                       (1, 8), (False, True))
+            if narrow:
+                domains = ((32, 64, 128), (16, 32, 64), (4,), (1, 8, 32) if bwd_weight else (1,), (1, 8),
+                           (False, True))
+            for bm, bn, warps, sk, vec, i64 in itertools.product(*domains):
+                yield KernelConfig(direction, dtype, ndim, family, bm, bn, 1, warps, 1, 1, sk, 1, vec, i64)
+            continue
+        merges = _MERGE if family is Family.GMERGE else (1,)
+        domains = (_TC_BLOCK_M, _TC_BLOCK_N, _TC_BLOCK_K, _TC_WARPS, _TC_STAGES, _GROUP_M,
+                   _SPLIT_K if bwd_weight else (1,), merges, (1, 8), (False, True))
+        if narrow:
+            domains = ((64, 128), (32, 64, 128), (32, 64), (4, 8), (3, 4), (8,), (1, 4, 16) if bwd_weight else (1,),
+                       tuple(m for m in merges if m <= 16), (1, 8), (False, True))
+        for bm, bn, bk, warps, stages, gm, sk, mg, vec, i64 in itertools.product(*domains):
+            yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, stages, gm, sk, mg, vec, i64)
+
+
+def _full_rule(config: KernelConfig, arch: ArchSpec) -> bool:
+    return _tensor_core_ok(config, arch) if config.family.uses_tensor_cores else _direct_ok(config)
+
+
+# ---- selection rules (default) --------------------------------------------------------------
+def _default_rule(config: KernelConfig) -> bool:
+    """The registry shipped and measured by default: a few hundred kernels per (direction, dtype)."""
+    c = config
+    if c.family is Family.DIRECT:
+        if c.num_warps != 4 or c.index64 and (c.block_m, c.block_n, c.vec) != (64, 32, 1):
+            return False
+        if c.index64:
+            return c.split_k in (1, 8)
+        if c.dtype is DType.FP32:
+            return (c.block_m, c.block_n, c.vec) == (64, 32, 1) and c.split_k in (1, 8)
+        return (c.block_m in (32, 64, 128) and c.block_n in (16, 32, 64) and c.vec == 8
+                or (c.block_m, c.block_n, c.vec) == (64, 32, 1)) and c.split_k in (1, 8, 32)
+    if c.group_m != 8:
+        return False
+    # Fixed pipeline depth per k-step: deeper for thin k-steps so enough bytes stay in flight.
+    if c.num_stages != {16: 5, 32: 4, 64: 3, 128: 2}[c.block_k]:
+        return False
+    natural_warps = 8 if c.block_m * c.block_n >= 128 * 128 else 4
+    if c.num_warps != natural_warps:
+        return False
+    if c.split_k not in (1, 4, 16):
+        return False
+    if c.index64:  # one generic 64-bit-indexed tensor-core kernel per direction
+        return (c.family is Family.IGEMM and (c.block_m, c.block_n, c.block_k) == (64, 64, 32)
+                and c.vec == 1 and c.split_k in (1, 4))
+    if c.dtype is DType.FP32:  # fp32 runs on tf32-free exact dots: correctness, not speed
+        return (c.family is Family.IGEMM and (c.block_m, c.block_n, c.block_k) in ((64, 64, 32), (128, 64, 32))
+                and c.vec == 1 and c.split_k in (1, 4))
+    if c.family is Family.GMERGE:
+        return (c.block_m in (64, 128) and c.block_n in (32, 64) and c.block_k == 32
+                and c.merge in (2, 4, 8, 16) and c.vec == 1)
+    if c.family is Family.GEMM1X1 and c.ndim == 3:
+        return (c.block_m, c.block_n, c.block_k) == (128, 64, 64) and c.vec == 8
+    if c.block_m not in (64, 128) or c.block_n not in (32, 64, 128) or c.block_k not in (32, 64):
+        return False
+    return c.vec == 8 or c.block_k == 32
+
+
+def _tiny_rule(config: KernelConfig) -> bool:
+    """One bf16 kernel per family and direction (and both split-K paths): CI's compile check."""
+    c = config
+    if c.dtype is not DType.BF16 or c.index64:
+        return False
+    if c.family is Family.DIRECT:
+        return (c.block_m, c.block_n, c.vec) == (64, 32, 1) and c.split_k in (1, 8)
+    if c.family is Family.GMERGE:
+        return (c.block_m, c.block_n, c.block_k, c.merge) == (64, 32, 32, 4) and c.split_k in (1, 4)
+    return (c.block_m, c.block_n, c.block_k) == (64, 64, 32) and c.vec == 1 and c.split_k in (1, 4)
+
+
+@lru_cache(maxsize=None)
+def _generate(rule_set: str, direction: Direction, dtype: DType, ndim: int, arch_name: str) -> tuple[KernelConfig, ...]:
+    arch = get_arch(arch_name)
+    candidates = _candidates(direction, dtype, ndim, narrow=rule_set != "full")
+    configs: Iterable[KernelConfig] = (c for c in candidates if _full_rule(c, arch))
+    if rule_set in ("default", "tiny"):
+        configs = filter(_default_rule, configs)
+    if rule_set == "tiny":
+        configs = filter(_tiny_rule, configs)
+    return tuple(sorted(configs, key=lambda c: c.name))
+
+
+def rule_set_configs(rule_set: str, arch: str = "sm_90", *, directions: Iterable[Direction | str] | None = None,
+                     dtypes: Iterable[DType | str] | None = None, ndims: Iterable[int] = (2, 3)) -> list[KernelConfig]:
+    """Every config of ``rule_set`` for ``arch``, optionally narrowed, sorted by name."""
+    if rule_set not in RULE_SETS:
+        raise ValueError(f"rule_set: must be one of {RULE_SETS}, got {rule_set!r}")
+    spec = get_arch(arch)
+    chosen_directions = [Direction.parse(d) for d in (directions or list(Direction))]
+    chosen_dtypes = [DType.parse(t) for t in (dtypes or list(DType))]
+    out: list[KernelConfig] = []
+    for direction, dtype, ndim in itertools.product(chosen_directions, chosen_dtypes, ndims):
+        out.extend(_generate(rule_set, direction, dtype, ndim, spec.name))
+    return out

@@ -1,0 +1,75 @@
+"""``is_supported(problem, config)``: whether a kernel instance can run a problem, and why not."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable
+
+from tiledispatch.native.configs import Family, KernelConfig
+from tiledispatch.native.problem import ConvProblem
+
+#: gmerge and direct target small groups; larger groups waste a merged tile or CUDA-core FMAs.
+GMERGE_MAX_CHANNELS_PER_GROUP = 32
+DIRECT_MAX_CHANNELS_PER_GROUP = 16
+
+
+@dataclass(frozen=True)
+class Support:
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+_YES = Support(True)
+
+
+def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
+    """``Support(True)`` or ``Support(False, reason)``; the reason names the problem field."""
+    if config.direction is not problem.direction:
+        return Support(False, f"direction: kernel is {config.direction.value}, problem is {problem.direction.value}")
+    if config.dtype is not problem.dtype:
+        return Support(False, f"dtype: kernel is {config.dtype.value}, problem is {problem.dtype.value}")
+    if config.ndim != problem.ndim:
+        return Support(False, f"ndim: kernel is {config.ndim}d, problem is {problem.ndim}d")
+    if problem.needs_int64_index and not config.index64:
+        largest = max(problem.input_elements, problem.weight_elements, problem.output_elements)
+        return Support(False, f"size: a tensor has {largest} elements (> 2^31-1); needs a 64-bit-indexed kernel (i64)")
+    cg, kg = problem.c_per_group, problem.k_per_group
+    if config.vec == 8:
+        if config.family is Family.DIRECT:
+            if problem.in_channels % 8 or problem.out_channels % 8:
+                return Support(False, f"in_channels/out_channels: {problem.in_channels}/{problem.out_channels} "
+                                      "not divisible by 8 (kernel needs v8 alignment)")
+        elif cg % 8 or kg % 8:
+            return Support(False, f"in_channels/out_channels: C/G={cg}, K/G={kg} not divisible by 8 "
+                                  "(kernel needs v8 alignment)")
+    if config.family is Family.GEMM1X1:
+        if any(f != 1 for f in problem.filter_size):
+            return Support(False, f"filter_size: gemm1x1 needs a 1x1 filter, got {list(problem.filter_size)}")
+        if any(s != 1 for s in problem.stride):
+            return Support(False, f"stride: gemm1x1 needs stride 1, got {list(problem.stride)}")
+        if any(problem.pad_begin) or any(problem.pad_end):
+            return Support(False, "pad_begin/pad_end: gemm1x1 needs no padding")
+    if config.family is Family.GMERGE:
+        if config.merge > problem.groups:
+            return Support(False, f"groups: gmerge merges {config.merge} groups per CTA, problem has {problem.groups}")
+        if max(cg, kg) > GMERGE_MAX_CHANNELS_PER_GROUP:
+            return Support(False, f"in_channels/out_channels: gmerge is for C/G and K/G <= "
+                                  f"{GMERGE_MAX_CHANNELS_PER_GROUP}, got {cg}/{kg}")
+    if config.family is Family.DIRECT and max(cg, kg) > DIRECT_MAX_CHANNELS_PER_GROUP:
+        return Support(False, f"in_channels/out_channels: direct is for C/G and K/G <= "
+                              f"{DIRECT_MAX_CHANNELS_PER_GROUP}, got {cg}/{kg}")
+    if config.split_k > 1:
+        reduction = problem.batch * math.prod(problem.output_size)
+        step = config.block_m if config.family is Family.DIRECT else config.block_k
+        if reduction < config.split_k * step:
+            return Support(False, f"batch/output size: reduction of {reduction} positions is too short for "
+                                  f"split_k={config.split_k} x {step}")
+    return _YES
+
+
+def supported_configs(problem: ConvProblem, configs: Iterable[KernelConfig]) -> list[KernelConfig]:
+    return [c for c in configs if is_supported(problem, c)]

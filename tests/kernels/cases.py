@@ -1,0 +1,89 @@
+"""Small problems and kernel configs shared by the interpreter and GPU kernel tests."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tiledispatch.native.configs import Family, KernelConfig
+from tiledispatch.native.problem import ConvProblem, Direction, DType
+
+# (label, problem fields without direction/dtype); odd channel counts, strides, dilations and
+# asymmetric pads on purpose.
+SHAPES_2D = {
+    "grouped_odd": dict(batch=2, groups=3, in_channels=6, out_channels=9, input_size=(5, 6), filter_size=(3, 2),
+                        stride=(2, 1), dilation=(1, 2), pad_begin=(1, 0), pad_end=(0, 2)),
+    "stride3": dict(batch=1, groups=2, in_channels=4, out_channels=6, input_size=(8, 7), filter_size=(3, 3),
+                    stride=(3, 2), dilation=(1, 1), pad_begin=(1, 2), pad_end=(2, 0)),
+    "depthwise": dict(batch=2, groups=8, in_channels=8, out_channels=8, input_size=(6, 5), filter_size=(3, 3),
+                      stride=(1, 1), dilation=(1, 1), pad_begin=(1, 1), pad_end=(1, 1)),
+    "dw_multiplier": dict(batch=1, groups=5, in_channels=5, out_channels=10, input_size=(5, 7), filter_size=(5, 3),
+                          stride=(2, 2), dilation=(1, 1), pad_begin=(2, 1), pad_end=(2, 1)),
+    "aligned_1x1": dict(batch=2, groups=2, in_channels=32, out_channels=16, input_size=(4, 5), filter_size=(1, 1),
+                        stride=(1, 1), dilation=(1, 1), pad_begin=(0, 0), pad_end=(0, 0)),
+}
+SHAPES_3D = {
+    "grouped_odd": dict(batch=2, groups=2, in_channels=6, out_channels=10, input_size=(3, 4, 5),
+                        filter_size=(2, 3, 3), stride=(1, 2, 1), dilation=(2, 1, 1), pad_begin=(1, 1, 0),
+                        pad_end=(1, 0, 1)),
+    "depthwise": dict(batch=1, groups=8, in_channels=8, out_channels=8, input_size=(3, 4, 4), filter_size=(3, 3, 3),
+                      stride=(2, 1, 1), dilation=(1, 1, 1), pad_begin=(1, 1, 1), pad_end=(1, 1, 1)),
+    "aligned_1x1": dict(batch=1, groups=2, in_channels=16, out_channels=16, input_size=(2, 3, 4),
+                        filter_size=(1, 1, 1), stride=(1, 1, 1), dilation=(1, 1, 1), pad_begin=(0, 0, 0),
+                        pad_end=(0, 0, 0)),
+}
+
+# Which shapes each family is exercised on (each must be supported by the family).
+FAMILY_SHAPES = {
+    Family.IGEMM: ("grouped_odd", "stride3", "depthwise"),
+    Family.GMERGE: ("grouped_odd", "dw_multiplier", "depthwise"),
+    Family.GEMM1X1: ("aligned_1x1",),
+    Family.DIRECT: ("depthwise", "dw_multiplier", "grouped_odd", "stride3"),
+}
+
+
+def problem(direction: Direction, dtype: DType, ndim: int, label: str) -> ConvProblem:
+    shapes = SHAPES_2D if ndim == 2 else SHAPES_3D
+    return ConvProblem(direction=direction, dtype=dtype, **shapes[label])
+
+
+def small_config(direction: Direction, dtype: DType, ndim: int, family: Family, *, num_warps: int = 4,
+                 split_k: int = 1, merge: int = 2, vec: int = 1, index64: bool = False) -> KernelConfig:
+    """Small tiles, so tiny problems still cover several tiles and the masked edges."""
+    if family is Family.DIRECT:
+        return KernelConfig(direction, dtype, ndim, family, 16, 8, 1, num_warps, 1, 1, split_k, 1, vec, index64)
+    return KernelConfig(direction, dtype, ndim, family, 32, 16, 16, num_warps, 2, 8, split_k,
+                        merge if family is Family.GMERGE else 1, vec, index64)
+
+
+def cases(ndims=(2, 3)):
+    """(problem label, family, config kwargs) for every family × direction × ndim worth testing."""
+    out = []
+    for ndim in ndims:
+        available = SHAPES_2D if ndim == 2 else SHAPES_3D
+        for family, labels in FAMILY_SHAPES.items():
+            for label in labels:
+                if label not in available:
+                    continue
+                for direction in Direction:
+                    variants = [dict()]
+                    if family is Family.GEMM1X1:
+                        variants = [dict(vec=8)]
+                    if family is Family.IGEMM and label == "grouped_odd":
+                        variants.append(dict(index64=True))
+                    if family is Family.GMERGE and label == "dw_multiplier":
+                        variants = [dict(merge=4)]  # 5 groups: the last block is partial
+                    if direction is Direction.BACKWARD_WEIGHT:
+                        variants += [dict(v, split_k=4) for v in variants]
+                    for variant in variants:
+                        out.append((ndim, label, family, direction, variant))
+    return out
+
+
+def case_id(case) -> str:
+    ndim, label, family, direction, variant = case
+    extra = "-".join(f"{k}{int(v)}" for k, v in sorted(variant.items()))
+    return f"{direction.value}-{ndim}d-{family.value}-{label}" + (f"-{extra}" if extra else "")
+
+
+def with_dtype(config: KernelConfig, dtype: DType) -> KernelConfig:
+    return dataclasses.replace(config, dtype=dtype)

@@ -1,0 +1,38 @@
+"""Every family × direction × ndim under the Triton interpreter (fp16 and fp32, tiny problems)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.kernels.cases import case_id, cases, problem, small_config
+from tiledispatch.native.accuracy import RELATIVE_ERROR_LIMIT
+from tiledispatch.native.problem import DType
+from tiledispatch.native.support import is_supported
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+pytestmark = pytest.mark.interpreter
+
+CASES = cases()
+
+
+@pytest.mark.parametrize("dtype", [DType.FP16, DType.FP32], ids=lambda d: d.value)
+@pytest.mark.parametrize("case", CASES, ids=[case_id(c) for c in CASES])
+def test_kernel_matches_float64_reference(case, dtype):
+    from tiledispatch.native import launch, reference
+
+    ndim, label, family, direction, variant = case
+    prob = problem(direction, dtype, ndim, label)
+    config = small_config(direction, dtype, ndim, family, **variant)
+    assert is_supported(prob, config), is_supported(prob, config).reason
+    generator = torch.Generator().manual_seed(torch.seed() % (2**31))  # fresh inputs every run
+    first = torch.randn(prob.operand_shapes[0], generator=generator).to(launch.torch_dtype(dtype))
+    second = torch.randn(prob.operand_shapes[1], generator=generator).to(launch.torch_dtype(dtype))
+    out = torch.full(prob.operand_shapes[2], float("nan"), dtype=launch.torch_dtype(dtype))  # poisoned
+
+    launch.run(prob, config, first, second, out, backend="interpret")
+
+    expected = reference.run_reference(prob, first.double().numpy(), second.double().numpy())
+    error = reference.relative_error(out.double().numpy(), expected)
+    assert error <= RELATIVE_ERROR_LIMIT[dtype], f"{config.name}: relative error {error:.3g}"
