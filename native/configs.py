@@ -73,12 +73,19 @@ class KernelConfig:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        try:
-            set_(self, "direction", Direction(self.direction))
-            set_(self, "dtype", DType(self.dtype))
-            set_(self, "family", Family(self.family))
-        except ValueError as error:
-            raise ConfigError(str(error)) from None
+        for name in ("ndim", "block_m", "block_n", "block_k", "num_warps", "num_stages", "group_m", "split_k",
+                     "merge", "vec"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{name}: must be an integer, got {value!r}")
+        if not isinstance(self.index64, bool):
+            raise ConfigError(f"index64: must be a bool, got {self.index64!r}")
+        for name, kind in (("direction", Direction), ("dtype", DType), ("family", Family)):
+            try:
+                set_(self, name, kind(getattr(self, name)))
+            except ValueError:
+                raise ConfigError(f"{name}: must be one of {[v.value for v in kind]}, "
+                                  f"got {getattr(self, name)!r}") from None
         if self.ndim not in (2, 3):
             raise ConfigError(f"ndim: must be 2 or 3, got {self.ndim}")
         for name in ("block_m", "block_n", "block_k", "num_warps", "group_m", "split_k", "merge"):

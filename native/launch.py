@@ -19,8 +19,9 @@ Triton interpreter on CPU tensors (needs ``TRITON_INTERPRET=1`` set before trito
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from enum import Enum
-from typing import Any, Callable
+from typing import Any
 
 from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.kernels.base import KernelTemplate, Launch, Program

@@ -20,9 +20,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Mapping
+from typing import Any
 
 #: Largest element count allowed in any one tensor. Far above any GPU's memory; it exists so
 #: that products of hostile sizes are refused before anything is allocated or indexed.
@@ -106,14 +107,13 @@ _SPATIAL_FIELDS = ("input_size", "filter_size", "stride", "dilation", "pad_begin
 
 
 def _as_int(value: Any, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        try:
-            as_float = float(value)
-        except (TypeError, ValueError):
-            raise ProblemError(field, f"must be an integer, got {value!r}") from None
-        if not as_float.is_integer():
+    """Integers, and floats with an integral value (JSON has one number type); nothing else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__index__"):
+        raise ProblemError(field, f"must be an integer, got {value!r}")
+    if isinstance(value, float):
+        if not value.is_integer():
             raise ProblemError(field, f"must be an integer, got {value!r}")
-        return int(as_float)
+        return int(value)
     return int(value)
 
 
@@ -167,7 +167,8 @@ class ConvProblem:
         if self.in_channels % self.groups:
             raise ProblemError("in_channels", f"must be divisible by groups ({self.in_channels} % {self.groups} != 0)")
         if self.out_channels % self.groups:
-            raise ProblemError("out_channels", f"must be divisible by groups ({self.out_channels} % {self.groups} != 0)")
+            raise ProblemError("out_channels",
+                               f"must be divisible by groups ({self.out_channels} % {self.groups} != 0)")
         for axis in range(ndim):
             span = self.input_size[axis] + self.pad_begin[axis] + self.pad_end[axis]
             reach = self.dilation[axis] * (self.filter_size[axis] - 1) + 1

@@ -69,8 +69,10 @@ def backward_weight(problem: ConvProblem, x: np.ndarray, dy: np.ndarray) -> np.n
     padded = np.zeros(_padded_shape(problem))
     padded[_interior(problem)] = x
     dw = np.zeros(problem.weight_shape)
+    spatial = "dhw"[-problem.ndim:]  # einsum cannot sum over an ellipsis: name the spatial axes
     for tap, window in _windows(problem):
-        dw[(slice(None), slice(None), *tap)] = np.einsum("n...gk,n...gc->gkc", dy, padded[(slice(None), *window)])
+        dw[(slice(None), slice(None), *tap)] = np.einsum(f"n{spatial}gk,n{spatial}gc->gkc", dy,
+                                                         padded[(slice(None), *window)])
     return dw
 
 
@@ -84,6 +86,8 @@ def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
     """‖out − ref‖ / ‖ref‖ in float64; NaN anywhere gives inf (never passes)."""
     out = np.asarray(out, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.float64)
+    if out.shape != ref.shape:
+        raise ValueError(f"output: shape {list(out.shape)} differs from the reference's {list(ref.shape)}")
     if not np.all(np.isfinite(out)):
         return float("inf")
     denominator = np.linalg.norm(ref)

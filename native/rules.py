@@ -10,8 +10,8 @@ below, and ``tiny`` is ``default`` filtered again, so the subset relations hold 
 from __future__ import annotations
 
 import itertools
-from functools import lru_cache
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from functools import cache
 
 from tiledispatch.native.arch import ArchSpec, get_arch
 from tiledispatch.native.configs import Family, KernelConfig
@@ -49,9 +49,7 @@ def _tensor_core_ok(config: KernelConfig, arch: ArchSpec) -> bool:
     if config.accumulator_registers < 4:  # fewer accumulators than one mma fragment per thread
         return False
     # wgmma issues per warpgroup of 4 warps over >= 64 rows each.
-    if config.num_warps == 8 and config.block_m * config.block_n < 128 * 64:
-        return False
-    return True
+    return not (config.num_warps == 8 and config.block_m * config.block_n < 128 * 64)
 
 
 def _direct_ok(config: KernelConfig) -> bool:
@@ -135,10 +133,12 @@ def _tiny_rule(config: KernelConfig) -> bool:
         return (c.block_m, c.block_n, c.vec) == (64, 32, 1) and c.split_k in (1, 8)
     if c.family is Family.GMERGE:
         return (c.block_m, c.block_n, c.block_k, c.merge) == (64, 32, 32, 4) and c.split_k in (1, 4)
+    if c.family is Family.GEMM1X1 and c.ndim == 3:  # default keeps a single 3D 1x1 tile
+        return (c.block_m, c.block_n, c.block_k) == (128, 64, 64) and c.split_k in (1, 4)
     return (c.block_m, c.block_n, c.block_k) == (64, 64, 32) and c.vec == 1 and c.split_k in (1, 4)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _generate(rule_set: str, direction: Direction, dtype: DType, ndim: int, arch_name: str) -> tuple[KernelConfig, ...]:
     arch = get_arch(arch_name)
     candidates = _candidates(direction, dtype, ndim, narrow=rule_set != "full")
@@ -156,8 +156,8 @@ def rule_set_configs(rule_set: str, arch: str = "sm_90", *, directions: Iterable
     if rule_set not in RULE_SETS:
         raise ValueError(f"rule_set: must be one of {RULE_SETS}, got {rule_set!r}")
     spec = get_arch(arch)
-    chosen_directions = [Direction.parse(d) for d in (directions or list(Direction))]
-    chosen_dtypes = [DType.parse(t) for t in (dtypes or list(DType))]
+    chosen_directions = [Direction.parse(d) for d in (list(Direction) if directions is None else directions)]
+    chosen_dtypes = [DType.parse(t) for t in (list(DType) if dtypes is None else dtypes)]
     out: list[KernelConfig] = []
     for direction, dtype, ndim in itertools.product(chosen_directions, chosen_dtypes, ndims):
         out.extend(_generate(rule_set, direction, dtype, ndim, spec.name))

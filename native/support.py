@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.problem import ConvProblem
@@ -36,7 +36,8 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
         return Support(False, f"ndim: kernel is {config.ndim}d, problem is {problem.ndim}d")
     if problem.needs_int64_index and not config.index64:
         largest = max(problem.input_elements, problem.weight_elements, problem.output_elements)
-        return Support(False, f"size: a tensor has {largest} elements (> 2^31-1); needs a 64-bit-indexed kernel (i64)")
+        return Support(False, f"input/weight/output: a tensor has {largest} elements (> 2^31-1); "
+                              "needs a 64-bit-indexed kernel (i64)")
     cg, kg = problem.c_per_group, problem.k_per_group
     if config.vec == 8:
         if config.family is Family.DIRECT:

@@ -87,3 +87,29 @@ def case_id(case) -> str:
 
 def with_dtype(config: KernelConfig, dtype: DType) -> KernelConfig:
     return dataclasses.replace(config, dtype=dtype)
+
+
+def gpu_config(direction: Direction, dtype: DType, ndim: int, family: Family, num_warps: int, *,
+               split_k: int = 1, vec: int = 1) -> KernelConfig:
+    """Realistic tiles for the GPU tests: a 4-warp and an 8-warp shape per family."""
+    if family is Family.DIRECT:
+        block_m, block_n = (64, 32) if num_warps == 4 else (128, 64)
+        return KernelConfig(direction, dtype, ndim, family, block_m, block_n, 1, num_warps, 1, 1, split_k, 1, vec)
+    if family is Family.GMERGE:
+        block_m, block_n, block_k, stages = (64, 32, 32, 4) if num_warps == 4 else (128, 64, 32, 4)
+        return KernelConfig(direction, dtype, ndim, family, block_m, block_n, block_k, num_warps, stages, 8,
+                            split_k, 4, vec)
+    block_m, block_n, block_k, stages = (64, 64, 32, 4) if num_warps == 4 else (128, 128, 64, 3)
+    return KernelConfig(direction, dtype, ndim, family, block_m, block_n, block_k, num_warps, stages, 8, split_k,
+                        1, vec)
+
+
+def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelConfig]:
+    """Every family × warps (× split-K for backward-weight) × vec for one direction/dtype/ndim."""
+    out = []
+    for family in Family:
+        for num_warps in (4, 8):
+            for split_k in ((1, 4) if direction is Direction.BACKWARD_WEIGHT else (1,)):
+                for vec in (1, 8):
+                    out.append(gpu_config(direction, dtype, ndim, family, num_warps, split_k=split_k, vec=vec))
+    return out

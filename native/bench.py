@@ -1,0 +1,623 @@
+"""The tile engine: measure every applicable kernel of a registry and cuDNN, in one run, on one GPU.
+
+For each problem (one direction, one dtype):
+
+1. fresh random inputs (normal, never zeros) and a float64 reference computed on the GPU through
+   PyTorch autograd (explicit ``F.pad`` for asymmetric padding);
+2. for each kernel: poison the output with NaN, run once, compare ``‖out − ref‖ / ‖ref‖`` with the
+   dtype's limit (``native.accuracy``); wrong or failing kernels are recorded, never timed;
+3. time it two ways over input sets rotated so that the sets together exceed twice the L2 (small
+   problems would otherwise time the cache): per-call CUDA events (median and min; includes host
+   launch overhead whenever the GPU outruns the host) and CUDA-graph replay (device time only: a
+   graph of many launches, replayed, divided by the launch count). Warm-up precedes both;
+4. cuDNN through PyTorch (``cudnn.benchmark=True``, channels-last, same dtype; forward through
+   ``F.conv{2,3}d``, backward through ``aten.convolution_backward``), timed the same two ways.
+
+``--oracle-only`` takes a 3-call estimate first and skips the full timing of kernels already 1.5×
+slower than the best so far (status ``pruned``).
+
+Crash isolation: the measuring runs in a spawned worker process; the parent hears "starting kernel
+X" before each launch, so when the worker dies (a GPU fault poisons its CUDA context) or hangs past
+the timeout, the parent records ``crash``/``timeout`` for X, restarts the worker and carries on with
+the remaining kernels. Results go to parquet shards written atomically every few problems; a
+re-run skips the problems already in the shards (resume). ``manifest.json`` names the GPU, driver,
+CUDA, Triton, torch and cuDNN versions, the measured ceilings, the rule set, date and git commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import subprocess
+import time
+import traceback
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, replace
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from tiledispatch.native.accuracy import RELATIVE_ERROR_LIMIT
+from tiledispatch.native.configs import KernelConfig, parse_kernel_name
+from tiledispatch.native.problem import ConvProblem, Direction
+
+CUDNN = "cudnn"
+PRUNE_FACTOR = 1.5
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    cache_dir: str
+    arch: str = "sm_90"
+    rule_set: str = "default"
+    oracle_only: bool = False
+    graph_launches: int = 20          # launches captured per graph
+    graph_replays: int = 5            # replays timed, median taken
+    event_repeats: int = 30           # per-call event timings, median/min taken
+    warmup: int = 3
+    kernel_timeout_s: float = 120.0
+    include_cudnn: bool = True
+    max_kernels: int = 0              # 0: all applicable; >0: a seeded sample (training sweeps)
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    matmul_tflops: float
+    copy_gbs: float
+    fma_tflops: float
+
+    def bound_us(self, problem: ConvProblem) -> float:
+        """Tensor-core roofline: max(FLOPs / matmul rate, bytes / copy bandwidth)."""
+        return max(problem.flops / (self.matmul_tflops * 1e6), problem.min_bytes / (self.copy_gbs * 1e3))
+
+    def fma_bound_us(self, problem: ConvProblem) -> float:
+        """CUDA-core bound for direct kernels: FLOPs at the measured fp32 FMA rate."""
+        return max(problem.flops / (self.fma_tflops * 1e6), problem.min_bytes / (self.copy_gbs * 1e3))
+
+
+# ---- GPU side -------------------------------------------------------------------------------
+def measure_ceilings() -> Ceilings:
+    """bf16 8192³ matmul rate, device-to-device copy bandwidth (read+write), fp32 FMA rate."""
+    import torch
+
+    from tiledispatch.native.kernels.fma_probe import fma_probe_tflops
+
+    def matmul_ms() -> float:
+        a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        return _event_median_ms(lambda: torch.matmul(a, b), repeats=10)
+
+    def copy_ms() -> float:
+        src = torch.randn(1 << 30, device="cuda", dtype=torch.bfloat16)  # 2 GiB
+        dst = torch.empty_like(src)
+        return _event_median_ms(lambda: dst.copy_(src), repeats=10)
+
+    matmul, copy = matmul_ms(), copy_ms()
+    torch.cuda.empty_cache()
+    return Ceilings(matmul_tflops=2 * 8192**3 / (matmul * 1e9), copy_gbs=2 * (1 << 30) * 2 / (copy * 1e6),
+                    fma_tflops=fma_probe_tflops())
+
+
+def _event_median_ms(fn, repeats: int) -> float:
+    import torch
+
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def torch_reference(problem: ConvProblem, first: Any, second: Any) -> Any:
+    """Float64 result of the direction's runner contract, on the operands' device (grouped layouts)."""
+    import torch
+
+    conv = torch.nn.functional.conv2d if problem.ndim == 2 else torch.nn.functional.conv3d
+
+    def to_torch_activation(t):  # N,*S,G,C -> N,(G·C),*S
+        return t.reshape(*t.shape[:-2], -1).movedim(-1, 1)
+
+    def to_torch_weight(t):  # G,K,*F,C -> (G·K),C,*F
+        return t.reshape(-1, *t.shape[2:]).movedim(-1, 1)
+
+    def from_torch_activation(t, shape):
+        return t.movedim(1, -1).reshape(shape)
+
+    def from_torch_weight(t, shape):
+        return t.movedim(1, -1).reshape(shape)
+
+    pads = []
+    for pb, pe in zip(reversed(problem.pad_begin), reversed(problem.pad_end)):
+        pads += [pb, pe]
+
+    def forward(x, w):
+        return conv(torch.nn.functional.pad(x, pads), w, stride=problem.stride, dilation=problem.dilation,
+                    groups=problem.groups)
+
+    a = first.double()
+    b = second.double()
+    if problem.direction is Direction.FORWARD:
+        return from_torch_activation(forward(to_torch_activation(a), to_torch_weight(b)), problem.output_shape)
+    if problem.direction is Direction.BACKWARD_DATA:
+        x = torch.zeros(problem.input_shape, dtype=torch.float64, device=a.device)
+        x = to_torch_activation(x).requires_grad_(True)
+        y = forward(x, to_torch_weight(b))
+        (grad,) = torch.autograd.grad(y, x, to_torch_activation(a))
+        return from_torch_activation(grad, problem.input_shape)
+    w = to_torch_weight(torch.zeros(problem.weight_shape, dtype=torch.float64, device=a.device)).requires_grad_(True)
+    y = forward(to_torch_activation(a), w)
+    (grad,) = torch.autograd.grad(y, w, to_torch_activation(b))
+    return from_torch_weight(grad, problem.weight_shape)
+
+
+class _ProblemSetup:
+    """Operands (several rotated sets), output buffer and float64 reference for one problem."""
+
+    def __init__(self, problem: ConvProblem, l2_bytes: int, seed: int):
+        import torch
+
+        from tiledispatch.native.launch import torch_dtype
+
+        self.problem = problem
+        dtype = torch_dtype(problem.dtype)
+        generator = torch.Generator(device="cuda").manual_seed(seed)
+        shapes = problem.operand_shapes
+        set_bytes = problem.min_bytes
+        self.sets = max(1, min(16, math.ceil(2 * l2_bytes / max(set_bytes, 1))))
+        self.first = [torch.randn(shapes[0], device="cuda", dtype=dtype, generator=generator) for _ in range(self.sets)]
+        self.second = [torch.randn(shapes[1], device="cuda", dtype=dtype, generator=generator)
+                       for _ in range(self.sets)]
+        self.out = [torch.empty(shapes[2], device="cuda", dtype=dtype) for _ in range(self.sets)]
+        self.reference = torch_reference(problem, self.first[0], self.second[0])
+        self.reference_norm = float(torch.linalg.vector_norm(self.reference))
+
+    def relative_error(self, out: Any) -> float:
+        import torch
+
+        result = out.double()
+        if not bool(torch.isfinite(result).all()):
+            return float("inf")
+        return float(torch.linalg.vector_norm(result - self.reference)) / max(self.reference_norm, 1e-300)
+
+
+def _time_callable(call, sets: int, settings: BenchSettings, quick: bool = False) -> tuple[float, float, float]:
+    """(event median µs, event min µs, graph µs per launch); ``call(i)`` launches on input set i."""
+    import torch
+
+    for i in range(settings.warmup):
+        call(i % sets)
+    torch.cuda.synchronize()
+    repeats = 3 if quick else settings.event_repeats
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    for i in range(repeats):
+        starts[i].record()
+        call(i % sets)
+        ends[i].record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
+    event_median, event_min = times[len(times) // 2], times[0]
+    if quick:
+        return event_median, event_min, float("nan")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        call(0)  # warm on the capture stream
+        stream.synchronize()
+        with torch.cuda.graph(graph, stream=stream):
+            for i in range(settings.graph_launches):
+                call(i % sets)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph.replay()
+    torch.cuda.synchronize()
+    replays = []
+    for _ in range(settings.graph_replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        replays.append(start.elapsed_time(end) * 1e3 / settings.graph_launches)
+    del graph
+    return event_median, event_min, sorted(replays)[len(replays) // 2]
+
+
+def _cudnn_call(problem: ConvProblem, setup: _ProblemSetup):
+    import torch
+
+    nd = problem.ndim
+    memory_format = torch.channels_last if nd == 2 else torch.channels_last_3d
+    symmetric = problem.pad_begin == problem.pad_end
+    pads = []
+    for pb, pe in zip(reversed(problem.pad_begin), reversed(problem.pad_end)):
+        pads += [pb, pe]
+    padding = list(problem.pad_begin) if symmetric else [0] * nd
+
+    def activation(t):  # grouped NHWGC -> PyTorch NCHW view, channels-last memory (no copy)
+        return t.view(*t.shape[:-2], -1).movedim(-1, 1)
+
+    def weight(t):
+        return t.view(-1, *t.shape[2:]).movedim(-1, 1)
+
+    first = [activation(t) for t in setup.first]
+    if problem.direction is Direction.BACKWARD_WEIGHT:
+        second = [activation(t) for t in setup.second]
+    else:
+        second = [weight(t) for t in setup.second]
+    for t in first + second:
+        assert t.is_contiguous(memory_format=memory_format)
+    conv = torch.nn.functional.conv2d if nd == 2 else torch.nn.functional.conv3d
+    common = dict(stride=list(problem.stride), padding=padding, dilation=list(problem.dilation),
+                  output_padding=[0] * nd, groups=problem.groups)
+    if problem.direction is Direction.FORWARD:
+        def call(i):
+            x = first[i] if symmetric else torch.nn.functional.pad(first[i], pads)
+            return conv(x, second[i], stride=problem.stride, padding=padding, dilation=problem.dilation,
+                        groups=problem.groups)
+    elif problem.direction is Direction.BACKWARD_DATA:
+        padded_in = [s + pb + pe for s, pb, pe in zip(problem.input_size, problem.pad_begin, problem.pad_end)]
+        in_shape = (problem.batch, problem.in_channels, *(problem.input_size if symmetric else padded_in))
+        x_like = torch.empty(in_shape, device="cuda", dtype=first[0].dtype).to(memory_format=memory_format)
+
+        def call(i):
+            grad = torch.ops.aten.convolution_backward(
+                first[i], x_like, second[i], None, common["stride"], common["padding"], common["dilation"],
+                False, common["output_padding"], common["groups"], [True, False, False])[0]
+            if not symmetric:
+                grad = grad[(slice(None), slice(None), *(slice(pb, pb + s) for pb, s in
+                                                           zip(problem.pad_begin, problem.input_size)))]
+            return grad
+    else:
+        w_like = torch.empty(problem.out_channels, problem.c_per_group, *problem.filter_size, device="cuda",
+                             dtype=first[0].dtype).to(memory_format=memory_format)
+
+        def call(i):
+            x = first[i] if symmetric else torch.nn.functional.pad(first[i], pads)
+            return torch.ops.aten.convolution_backward(
+                second[i], x, w_like, None, common["stride"], common["padding"], common["dilation"], False,
+                common["output_padding"], common["groups"], [False, True, False])[1]
+    return call
+
+
+def _grouped_result(problem: ConvProblem, torch_result: Any) -> Any:
+    """cuDNN's result in the grouped layout, to check it like our kernels."""
+    if problem.direction is Direction.BACKWARD_WEIGHT:
+        return torch_result.movedim(1, -1).reshape(problem.weight_shape)
+    return torch_result.movedim(1, -1).reshape(problem.operand_shapes[2])
+
+
+def _row(problem: ConvProblem, ceilings: Ceilings, kernel: str, status: str, *, error: float = float("nan"),
+         event_median: float = float("nan"), event_min: float = float("nan"), graph: float = float("nan"),
+         message: str = "") -> dict:
+    config = None if kernel == CUDNN or not kernel.startswith("gconv_") else parse_kernel_name(kernel)
+    best = graph if graph == graph else event_median
+    bound = ceilings.bound_us(problem)
+    row = {
+        **_problem_columns(problem),
+        "kernel": kernel, "family": config.family.value if config else CUDNN, "status": status,
+        "relative_error": error, "event_median_us": event_median, "event_min_us": event_min, "graph_us": graph,
+        "tflops": problem.flops / (best * 1e6) if best == best and best > 0 else float("nan"),
+        "gbs": problem.min_bytes / (best * 1e3) if best == best and best > 0 else float("nan"),
+        "bound_us": bound, "fma_bound_us": ceilings.fma_bound_us(problem),
+        "fraction_of_roofline": bound / best if best == best and best > 0 else float("nan"),
+        "message": message[:500],
+    }
+    for name in ("block_m", "block_n", "block_k", "num_warps", "num_stages", "group_m", "split_k", "merge", "vec"):
+        row[name] = getattr(config, name) if config else -1
+    row["index64"] = bool(config.index64) if config else False
+    return row
+
+
+def _problem_columns(problem: ConvProblem) -> dict:
+    def dims(values):
+        return "x".join(map(str, values))
+
+    return {
+        "problem_key": problem.key, "shape_key": problem.shape_key, "direction": problem.direction.value,
+        "dtype": problem.dtype.value, "ndim": problem.ndim, "problem_class": problem.class_label,
+        "batch": problem.batch, "groups": problem.groups, "in_channels": problem.in_channels,
+        "out_channels": problem.out_channels, "input_size": dims(problem.input_size),
+        "filter_size": dims(problem.filter_size), "stride": dims(problem.stride),
+        "dilation": dims(problem.dilation), "pad_begin": dims(problem.pad_begin), "pad_end": dims(problem.pad_end),
+        "flops": problem.flops, "min_bytes": problem.min_bytes,
+    }
+
+
+def _measure_problem(problem: ConvProblem, configs: list[KernelConfig], registry: Any, ceilings: Ceilings,
+                     settings: BenchSettings, notify) -> Iterator[dict]:
+    """Yield one row per kernel (and cuDNN) for one problem. ``notify(name)`` before each launch."""
+    import torch
+
+    from tiledispatch.native import launch
+
+    spec_l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    setup = _ProblemSetup(problem, spec_l2, seed=settings.seed ^ zlib.crc32(problem.key.encode()) ^ time.time_ns())
+    limit = RELATIVE_ERROR_LIMIT[problem.dtype]
+    loader = registry.loader()
+    best = float("inf")
+    for config in configs:
+        notify(config.name)
+        try:
+            def call(i, config=config):
+                launch.run(problem, config, setup.first[i], setup.second[i], setup.out[i], loader=loader,
+                           check_support=False)
+
+            setup.out[0].fill_(float("nan"))
+            call(0)
+            torch.cuda.synchronize()
+            error = setup.relative_error(setup.out[0])
+            if not error <= limit:
+                yield _row(problem, ceilings, config.name, "wrong", error=error,
+                           message=f"relative error {error:.3g} > {limit:g}")
+                continue
+            if settings.oracle_only and best < float("inf"):
+                quick, _, _ = _time_callable(call, setup.sets, settings, quick=True)
+                if quick > PRUNE_FACTOR * best:
+                    yield _row(problem, ceilings, config.name, "pruned", error=error, event_median=quick)
+                    continue
+            event_median, event_min, graph = _time_callable(call, setup.sets, settings)
+            best = min(best, graph if graph == graph else event_median)
+            yield _row(problem, ceilings, config.name, "ok", error=error, event_median=event_median,
+                       event_min=event_min, graph=graph)
+        except Exception as exc:  # a failing kernel is recorded, the sweep goes on
+            yield _row(problem, ceilings, config.name, "error", message=f"{type(exc).__name__}: {exc}")
+    if settings.include_cudnn:
+        notify(CUDNN)
+        try:
+            torch.backends.cudnn.benchmark = True
+            call = _cudnn_call(problem, setup)
+            result = call(0)
+            torch.cuda.synchronize()
+            error = setup.relative_error(_grouped_result(problem, result))
+            event_median, event_min, graph = _time_callable(call, setup.sets, settings)
+            yield _row(problem, ceilings, CUDNN, "ok" if error <= limit else "wrong", error=error,
+                       event_median=event_median, event_min=event_min, graph=graph)
+        except Exception as exc:
+            yield _row(problem, ceilings, CUDNN, "error", message=f"{type(exc).__name__}: {exc}")
+    torch.cuda.empty_cache()
+
+
+def measure(problem: ConvProblem, configs: list[KernelConfig], *, registry: Any, ceilings: Ceilings | None = None,
+            settings: BenchSettings | None = None) -> list[dict]:
+    """In-process measurement of ``configs`` (and cuDNN) on one problem; no crash isolation."""
+    settings = settings or BenchSettings(cache_dir=str(registry.cache_dir))
+    ceilings = ceilings or Ceilings(773.0, 4256.0, 60.0)
+    return list(_measure_problem(problem, configs, registry, ceilings, settings, lambda name: None))
+
+
+def select_configs(problem: ConvProblem, registry: Any, settings: BenchSettings, exclude: Iterable[str] = ()) -> list:
+    import random
+
+    from tiledispatch.native.support import is_supported
+
+    excluded = set(exclude)
+    configs = [c for c in registry.configs if c.name not in excluded and is_supported(problem, c)]
+    if settings.max_kernels and len(configs) > settings.max_kernels:
+        rng = random.Random(f"{settings.seed}|{problem.key}")
+        configs = sorted(rng.sample(configs, settings.max_kernels), key=lambda c: c.name)
+    return configs
+
+
+# ---- worker process ------------------------------------------------------------------------
+def _worker_main(connection, settings_dict: dict, ceilings_dict: dict) -> None:
+    """Measure problems sent by the parent; report each kernel before launching it."""
+    from tiledispatch.native.registry import Registry
+
+    settings = BenchSettings(**settings_dict)
+    ceilings = Ceilings(**ceilings_dict)
+    registry = Registry.load(settings.cache_dir, settings.arch)
+    while True:
+        message = connection.recv()
+        if message is None:
+            return
+        problem_dict, exclude = message
+        problem = ConvProblem.from_dict(problem_dict)
+        try:
+            configs = select_configs(problem, registry, settings, exclude)
+            for row in _measure_problem(problem, configs, registry, ceilings, settings,
+                                        lambda name: connection.send(("start", name))):
+                connection.send(("row", row))
+        except Exception:
+            connection.send(("fatal", traceback.format_exc()))
+        connection.send(("done", problem.key))
+
+
+class _Worker:
+    def __init__(self, settings: BenchSettings, ceilings: Ceilings):
+        context = get_context("spawn")
+        self.connection, child = context.Pipe()
+        self.process = context.Process(target=_worker_main, args=(child, asdict(settings), asdict(ceilings)),
+                                       daemon=True)
+        self.process.start()
+        child.close()
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self.connection.send(None)
+        self.process.join(timeout=10)
+        if self.process.is_alive():
+            self.process.kill()
+
+
+def sweep_problem(problem: ConvProblem, settings: BenchSettings, ceilings: Ceilings, worker: list,
+                  log=print) -> list[dict]:
+    """Measure one problem through the worker, surviving crashes and hangs of single kernels."""
+    rows: list[dict] = []
+    exclude: list[str] = []
+    while True:
+        if not worker or not worker[0].process.is_alive():
+            worker[:] = [_Worker(settings, ceilings)]
+        current = worker[0]
+        current.connection.send((problem.to_dict(), exclude))
+        in_flight = None
+        while True:
+            if not current.connection.poll(settings.kernel_timeout_s):
+                status = "timeout"
+                break
+            try:
+                kind, payload = current.connection.recv()
+            except (EOFError, OSError):
+                status = "crash"
+                break
+            if kind == "start":
+                in_flight = payload
+            elif kind == "row":
+                rows.append(payload)
+                in_flight = None
+            elif kind == "fatal":
+                log(f"  worker error on {problem.key}: {payload.strip().splitlines()[-1]}")
+            elif kind == "done":
+                return rows
+        current.process.kill()
+        current.process.join(timeout=10)
+        worker.clear()
+        if in_flight is None:  # died outside any kernel: give up on this problem
+            log(f"  worker {status} outside a kernel on {problem.key}")
+            return rows
+        log(f"  {status}: {in_flight} on {problem.key}; worker restarted, kernel skipped")
+        rows.append(_row(problem, ceilings, in_flight, status, message=f"worker {status} while running {in_flight}"))
+        exclude.append(in_flight)
+        done = {r["kernel"] for r in rows}
+        exclude = sorted(set(exclude) | done)
+
+
+# ---- sweep, shards and manifest ------------------------------------------------------------
+def environment_manifest(settings: BenchSettings, ceilings: Ceilings) -> dict:
+    import torch
+    import triton
+
+    import tiledispatch
+
+    properties = torch.cuda.get_device_properties(0)
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        driver = "unknown"
+    return {
+        "gpu_name": properties.name, "gpu_sms": properties.multi_processor_count,
+        "gpu_l2_bytes": properties.L2_cache_size, "driver": driver, "cuda": torch.version.cuda,
+        "torch": torch.__version__, "triton": triton.__version__, "cudnn": torch.backends.cudnn.version(),
+        "tiledispatch": tiledispatch.__version__, "git_commit": _git_commit(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rule_set": settings.rule_set,
+        "arch": settings.arch, "ceilings": asdict(ceilings),
+        "timing": {"graph_us": f"CUDA-graph replay of {settings.graph_launches} launches, median of "
+                               f"{settings.graph_replays} replays, per launch (device time)",
+                   "event_median_us": f"per-call CUDA events, median of {settings.event_repeats} "
+                                      "(includes host launch overhead when the GPU outruns the host)",
+                   "inputs": "rotated sets totalling >= 2x L2 (max 16 sets)"},
+        "settings": asdict(settings),
+    }
+
+
+def _git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+                              cwd=Path(__file__).resolve().parent).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return os.environ.get("TILEDISPATCH_GIT_COMMIT", "unknown")
+
+
+def done_problem_keys(out_dir: Path) -> set[str]:
+    import pyarrow.parquet as pq
+
+    keys: set[str] = set()
+    for shard in sorted(out_dir.glob("rows-*.parquet")):
+        keys.update(pq.read_table(shard, columns=["problem_key"]).column("problem_key").to_pylist())
+    return keys
+
+
+def write_shard(out_dir: Path, rows: list[dict]) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    index = len(list(out_dir.glob("rows-*.parquet")))
+    path = out_dir / f"rows-{index:05d}.parquet"
+    temporary = out_dir / f".{path.name}.tmp"
+    pq.write_table(pa.Table.from_pylist(rows), temporary, compression="zstd")
+    os.replace(temporary, path)
+    return path
+
+
+def run_sweep(problems: list[ConvProblem], settings: BenchSettings, out_dir: Path | str, *, shard_every: int = 8,
+              log=print) -> Path:
+    """Measure ``problems`` into ``out_dir`` (resumable). Returns the manifest path."""
+    from tiledispatch.native.registry import write_json_atomic
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    done = done_problem_keys(out)
+    todo = [p for p in problems if p.key not in done]
+    log(f"bench: {len(problems)} problems, {len(problems) - len(todo)} already measured, {len(todo)} to go")
+    manifest_file = out / "manifest.json"
+    if manifest_file.exists():
+        manifest = json.loads(manifest_file.read_text())
+        ceilings = Ceilings(**manifest["ceilings"])
+    else:
+        ceilings = measure_ceilings()
+        manifest = environment_manifest(settings, ceilings)
+        manifest["sittings"] = []
+        log(f"bench: ceilings {ceilings}")
+    sitting = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "problems": len(todo),
+               "git_commit": _git_commit()}
+    worker: list = []
+    pending: list[dict] = []
+    started = time.time()
+    try:
+        for index, problem in enumerate(todo, 1):
+            rows = sweep_problem(problem, settings, ceilings, worker, log=log)
+            pending.extend(rows)
+            ok = [r for r in rows if r["status"] == "ok" and r["kernel"] != CUDNN]
+            best = min(ok, key=lambda r: r["graph_us"], default=None)
+            cudnn = next((r for r in rows if r["kernel"] == CUDNN), None)
+            elapsed = time.time() - started
+            summary = f"best {best['graph_us']:.1f}us ({best['kernel']})" if best else "no ok kernel"
+            log(f"[{index}/{len(todo)}] {problem.key}: {len(rows)} rows, {summary}")
+            if cudnn:
+                log(f"    cudnn {cudnn['graph_us']:.1f}us status={cudnn['status']}; "
+                    f"elapsed {elapsed:.0f}s, eta {elapsed / index * (len(todo) - index):.0f}s")
+            if index % shard_every == 0:
+                write_shard(out, pending)
+                pending = []
+    finally:
+        if pending:
+            write_shard(out, pending)
+        for w in worker:
+            w.stop()
+        sitting["seconds"] = round(time.time() - started, 1)
+        manifest["sittings"].append(sitting)
+        write_json_atomic(manifest_file, manifest)
+    return manifest_file
+
+
+def load_problems(path: Path | str, directions: Iterable[str], dtype: str) -> list[ConvProblem]:
+    """Problems from a JSON file: the dev-suite format (``{"problems": [{"N":…}]}``) or a list of
+    problem dicts (``ConvProblem.to_dict``); suite entries expand to every requested direction."""
+    data = json.loads(Path(path).read_text())
+    entries = data["problems"] if isinstance(data, dict) else data
+    out: list[ConvProblem] = []
+    for entry in entries:
+        if "N" in entry:
+            out.extend(ConvProblem.from_suite_entry(entry, d, dtype) for d in directions)
+        else:
+            base = ConvProblem.from_dict(entry)
+            out.extend(replace(base, direction=Direction.parse(d)) for d in directions)
+    return out
+
+
+def family_of(kernel: str) -> str:
+    return CUDNN if kernel == CUDNN else parse_kernel_name(kernel).family.value
+
+

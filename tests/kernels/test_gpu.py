@@ -1,0 +1,130 @@
+"""Every family × direction × ndim × dtype × warps on the GPU, against a float64 reference.
+
+Kernels come from a registry built for the test (ahead of time, in worker processes) and run
+through the compiled path the server and benchmark use. Each check draws fresh random inputs and
+poisons the output with NaN first. Problems: the dev suite (../shared/bench/dev_suite.json) and
+random small problems with odd channel counts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from tests.kernels.cases import gpu_configs
+from tiledispatch.native.accuracy import RELATIVE_ERROR_LIMIT
+from tiledispatch.native.problem import ConvProblem, Direction, DType
+from tiledispatch.native.support import is_supported
+
+pytestmark = pytest.mark.gpu
+
+# CI and developers have ../shared beside the checkout; the GPU machine gets a copy named by the env.
+SHARED = Path(os.environ.get("TILEDISPATCH_SHARED_DIR", Path(__file__).resolve().parents[2].parent / "shared"))
+SUITE = SHARED / "bench" / "dev_suite.json"
+DTYPES = (DType.BF16, DType.FP16)
+
+
+def _all_configs():
+    return [c for d in Direction for t in DTYPES for n in (2, 3) for c in gpu_configs(d, t, n)]
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory):
+    from tiledispatch.native.registry import Registry, build
+
+    cache = Path(os.environ.get("TILEDISPATCH_TEST_REGISTRY", tmp_path_factory.mktemp("registry")))
+    results = build(_all_configs(), arch="sm_90", cache_dir=cache, workers=os.cpu_count() or 4)
+    bad = [r for r in results if not r.usable]
+    assert not bad, [(r.kernel, r.status, r.error[:200]) for r in bad]
+    return Registry.load(cache, "sm_90")
+
+
+def _check(problem: ConvProblem, registry, configs) -> list[str]:
+    import torch
+
+    from tiledispatch.native import launch
+    from tiledispatch.native.bench import torch_reference
+
+    dtype = launch.torch_dtype(problem.dtype)
+    first = torch.randn(problem.operand_shapes[0], device="cuda", dtype=dtype)
+    second = torch.randn(problem.operand_shapes[1], device="cuda", dtype=dtype)
+    reference = torch_reference(problem, first, second)
+    norm = float(torch.linalg.vector_norm(reference))
+    failures = []
+    checked = 0
+    for config in configs:
+        if not is_supported(problem, config):
+            continue
+        out = torch.full(problem.operand_shapes[2], float("nan"), device="cuda", dtype=dtype)
+        launch.run(problem, config, first, second, out, loader=registry.loader())
+        torch.cuda.synchronize()
+        error = float(torch.linalg.vector_norm(out.double() - reference)) / norm
+        checked += 1
+        if not error <= RELATIVE_ERROR_LIMIT[problem.dtype]:
+            failures.append(f"{config.name}: {error:.3g}")
+    assert checked, f"no kernel supported {problem.key}"
+    return failures
+
+
+def _suite():
+    if not SUITE.exists():
+        return []
+    return json.loads(SUITE.read_text())["problems"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.value)
+@pytest.mark.parametrize("direction", list(Direction), ids=lambda d: d.value)
+@pytest.mark.parametrize("entry", _suite(), ids=lambda e: e["name"])
+def test_dev_suite(registry, entry, direction, dtype):
+    problem = ConvProblem.from_suite_entry(entry, direction, dtype)
+    configs = [c for c in registry.configs if c.direction is direction and c.dtype is dtype]
+    assert not _check(problem, registry, configs)
+
+
+def _random_problem(rng: random.Random, ndim: int, direction: Direction, dtype: DType) -> ConvProblem:
+    cg, kg = rng.choice([(1, 1), (1, 3), (3, 5), (7, 2), (12, 20), (24, 24), (40, 33)])
+    groups = rng.choice([1, 2, 3, 5, 8]) if (cg, kg) != (1, 1) else rng.choice([8, 13, 32])
+    filt = tuple(rng.choice([1, 2, 3, 5]) for _ in range(ndim))
+    stride = tuple(rng.choice([1, 1, 2, 3]) for _ in range(ndim))
+    dilation = tuple(rng.choice([1, 1, 2]) for _ in range(ndim))
+    size = tuple(rng.randint(5, 19) if ndim == 2 else rng.randint(3, 9) for _ in range(ndim))
+    pad_begin = tuple(rng.randint(0, f) for f in filt)
+    pad_end = tuple(rng.randint(0, f) for f in filt)
+    size = tuple(max(s, d * (f - 1) + 1) for s, d, f in zip(size, dilation, filt))
+    return ConvProblem(direction=direction, dtype=dtype, batch=rng.randint(1, 5), groups=groups,
+                       in_channels=groups * cg, out_channels=groups * kg, input_size=size, filter_size=filt,
+                       stride=stride, dilation=dilation, pad_begin=pad_begin, pad_end=pad_end)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("ndim", (2, 3))
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.value)
+@pytest.mark.parametrize("direction", list(Direction), ids=lambda d: d.value)
+def test_random_odd_shapes(registry, direction, dtype, ndim, seed):
+    rng = random.Random(f"{direction}-{dtype}-{ndim}-{seed}-{random.random()}")
+    problem = _random_problem(rng, ndim, direction, dtype)
+    configs = [c for c in registry.configs if c.direction is direction and c.dtype is dtype and c.ndim == ndim]
+    assert not _check(problem, registry, configs), problem.key
+
+
+def test_pytorch_channels_last_tensors_are_accepted_as_they_are(registry):
+    import torch
+
+    from tiledispatch.native import launch
+
+    problem = ConvProblem(direction="fwd", dtype="bf16", batch=2, groups=4, in_channels=32, out_channels=64,
+                          input_size=(9, 10), filter_size=(3, 3), stride=(1, 1), dilation=(1, 1),
+                          pad_begin=(1, 1), pad_end=(1, 1))
+    x = torch.randn(2, 32, 9, 10, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    w = torch.randn(64, 8, 3, 3, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    config = next(c for c in registry.configs if c.direction is Direction.FORWARD and c.dtype is DType.BF16
+                  and c.ndim == 2 and is_supported(problem, c))
+    y = launch.forward(problem, config, x, w, loader=registry.loader())
+    expected = torch.nn.functional.conv2d(x.double(), w.double(), padding=1, groups=4)
+    assert y.shape == expected.shape
+    error = float(torch.linalg.vector_norm(y.double() - expected) / torch.linalg.vector_norm(expected))
+    assert error <= RELATIVE_ERROR_LIMIT[DType.BF16]

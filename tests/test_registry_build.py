@@ -1,0 +1,59 @@
+"""The ``tiny`` rule set compiles ahead of time for sm_90 on a CPU-only host: within shared memory,
+without register spills, in worker processes; a second build compiles nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("triton")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("registry")
+    command = [sys.executable, "-m", "tiledispatch.cli", "registry", "build", "--rule-set", "tiny", "--arch", "sm_90",
+               "--workers", "2", "--cache-dir", str(cache)]
+    first = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+    second = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    return cache, first, second
+
+
+def test_tiny_builds_without_spills_or_shared_memory_overflow(built):
+    cache, first, _ = built
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    manifest = json.loads((cache / "manifest-sm_90.json").read_text())
+    kernels = manifest["kernels"]
+    assert len(kernels) >= 24
+    for name, entry in kernels.items():
+        assert entry["status"] == "ok", (name, entry)
+        assert entry["local_bytes"] == 0 and entry["shared_bytes"] <= 227 * 1024, (name, entry)
+        assert entry["registers"] > 0 and entry["compile_s"] > 0
+        for key in entry["programs"].values():
+            assert (cache / "artifacts" / key / "kernel.cubin").stat().st_size > 0
+
+
+def test_second_build_compiles_nothing(built):
+    cache, _, second = built
+    assert second.returncode == 0, second.stdout[-3000:]
+    builds = json.loads((cache / "manifest-sm_90.json").read_text())["builds"]
+    assert builds[-1]["compiled"] == 0 and builds[-1]["kernels"] == builds[0]["kernels"]
+
+
+def test_registry_loads_every_built_kernel_without_compiling(built):
+    from tiledispatch.native.registry import Registry
+
+    cache, _, _ = built
+    registry = Registry.load(cache, "sm_90")
+    assert len(registry) >= 24
+    assert {c.family.value for c in registry.configs} == {"igemm", "gmerge", "gemm1x1", "direct"}
+
+
+def test_missing_registry_names_the_build_command(tmp_path):
+    from tiledispatch.native.registry import Registry
+
+    with pytest.raises(FileNotFoundError, match="registry build"):
+        Registry.load(tmp_path, "sm_90")

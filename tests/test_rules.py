@@ -1,0 +1,187 @@
+"""Rule sets tiny ⊂ default ⊂ full, generated from the arch spec (DESIGN §4)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.strategies import HALF_DTYPES, all_slices, rule_slice, rule_slice_set, slice_id
+from tiledispatch.native.arch import get_arch
+from tiledispatch.native.configs import Family, KernelConfig
+from tiledispatch.native.problem import Direction, DType
+from tiledispatch.native.rules import (
+    EPILOGUE_SMEM_RESERVE,
+    MAX_ACCUMULATOR_REGISTERS,
+    MAX_DIRECT_ELEMENTS_PER_THREAD,
+    RULE_SETS,
+    rule_set_configs,
+)
+
+SLICES = all_slices()
+
+
+def hard_rule_violation(config: KernelConfig, arch: str) -> str | None:
+    """The hard rules of ``full``, restated: shared memory within the per-block budget (less the
+    epilogue reserve), accumulators per thread bounded, 8 warps only for tiles that feed two
+    warpgroups, direct kernels within their per-thread element budget."""
+    spec = get_arch(arch)
+    if config.family is Family.DIRECT:
+        per_thread = config.block_m * config.block_n // (32 * config.num_warps)
+        if not 1 <= per_thread <= MAX_DIRECT_ELEMENTS_PER_THREAD:
+            return f"direct per-thread elements {per_thread}"
+        return None
+    smem = config.num_stages * (config.block_m + config.block_n) * config.block_k * config.dtype.itemsize
+    if smem > spec.smem_per_block_bytes - EPILOGUE_SMEM_RESERVE:
+        return f"smem {smem} > {spec.smem_per_block_bytes} - {EPILOGUE_SMEM_RESERVE}"
+    acc = config.block_m * config.block_n // (32 * config.num_warps)
+    if not 4 <= acc <= MAX_ACCUMULATOR_REGISTERS:
+        return f"accumulator registers {acc}"
+    if config.num_warps == 8 and config.block_m * config.block_n < 128 * 64:
+        return "8 warps on a small tile"
+    return None
+
+
+def test_rule_set_names():
+    assert RULE_SETS == ("tiny", "default", "full")
+    with pytest.raises(ValueError, match="rule_set"):
+        rule_set_configs("huge")
+
+
+@pytest.mark.parametrize("key", SLICES, ids=slice_id)
+def test_tiny_subset_default_subset_full(key):
+    tiny = rule_slice("tiny", *key)
+    default = rule_slice("default", *key)
+    full = rule_slice_set("full", *key)
+    default_set = set(default)
+    assert set(tiny) <= default_set
+    missing = [c.name for c in default if c not in full]
+    assert not missing, missing[:5]
+    assert len(default) < len(full)
+    if key[1] in HALF_DTYPES:
+        assert len(tiny) < len(default)
+    # every config carries the slice's fields
+    direction, dtype, ndim = key
+    assert all((c.direction, c.dtype, c.ndim) == key for c in default)
+    assert all((c.direction, c.dtype, c.ndim) == key for c in rule_slice("full", *key))
+
+
+@pytest.mark.parametrize("key", SLICES, ids=slice_id)
+def test_every_config_respects_hard_rules(key):
+    for rule_set in RULE_SETS:
+        configs = rule_slice(rule_set, *key)
+        bad = [(c.name, why) for c in configs if (why := hard_rule_violation(c, "sm_90"))]
+        assert not bad, bad[:5]
+        # the properties used by the rules agree with the restatement
+        for c in configs[:: max(1, len(configs) // 500)]:
+            if c.family.uses_tensor_cores:
+                assert c.smem_bytes_estimate == c.num_stages * (c.block_m + c.block_n) * c.block_k * c.dtype.itemsize
+                assert c.smem_bytes_estimate <= get_arch("sm_90").smem_per_block_bytes - EPILOGUE_SMEM_RESERVE
+                assert c.accumulator_registers <= MAX_ACCUMULATOR_REGISTERS
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_89"])
+def test_hard_rules_on_smaller_arches(arch):
+    key = (Direction.FORWARD, DType.FP32, 2)
+    configs = rule_slice("full", *key, arch=arch)
+    bad = [(c.name, why) for c in configs if (why := hard_rule_violation(c, arch))]
+    assert configs and not bad, bad[:5]
+
+
+def test_rule_sets_are_sorted_deterministic_and_duplicate_free():
+    for rule_set in ("tiny", "default"):
+        configs = rule_set_configs(rule_set)
+        assert configs == rule_set_configs(rule_set)
+        assert len(set(configs)) == len(configs)
+    for key in SLICES:
+        names = [c.name for c in rule_slice("default", *key)]
+        assert names == sorted(names)
+
+
+def test_rule_set_sizes_are_sane():
+    """tiny is CI's compile check (a handful); default is 'a few hundred per (direction, dtype)'."""
+    assert 0 < len(rule_set_configs("tiny")) <= 64
+    assert all(c.dtype is DType.BF16 and not c.index64 for c in rule_set_configs("tiny"))
+    for direction in Direction:
+        count = len(rule_set_configs("default", directions=[direction], dtypes=[DType.BF16]))
+        assert 50 <= count <= 1000, (direction, count)
+
+
+def test_narrowing_arguments():
+    only = rule_set_configs("default", directions=["bwd_weight"], dtypes=["fp16"], ndims=[3])
+    assert only and all((c.direction, c.dtype, c.ndim) == (Direction.BACKWARD_WEIGHT, DType.FP16, 3) for c in only)
+    everything = rule_set_configs("default")
+    assert set(only) < set(everything)
+    assert {(c.direction, c.dtype, c.ndim) for c in everything} == set(SLICES)
+
+
+@pytest.mark.parametrize("narrowing", [dict(directions=[]), dict(dtypes=[])], ids=["directions", "dtypes"])
+def test_empty_narrowing_gives_nothing(narrowing):
+    assert rule_set_configs("tiny", **narrowing) == []
+
+
+# ---- coverage of families --------------------------------------------------------------------
+TINY_FAMILY_CASES = [
+    pytest.param(d, n, f, id=f"{d.value}-{n}d-{f.value}")
+    for d in Direction for n in (2, 3) for f in Family
+]
+
+
+@pytest.mark.parametrize("direction, ndim, family", TINY_FAMILY_CASES)
+def test_every_family_in_tiny(direction, ndim, family):
+    configs = rule_slice("tiny", direction, DType.BF16, ndim)
+    chosen = [c for c in configs if c.family is family]
+    assert chosen
+    if direction is Direction.BACKWARD_WEIGHT:  # both split-K paths are compiled in CI
+        assert {c.split_k == 1 for c in chosen} == {True, False}
+
+
+@pytest.mark.parametrize("key", [k for k in SLICES if k[1] in HALF_DTYPES], ids=slice_id)
+def test_default_covers_every_family(key):
+    families = {c.family for c in rule_slice("default", *key)}
+    assert families == set(Family)
+
+
+@pytest.mark.parametrize("key", SLICES, ids=slice_id)
+def test_default_has_generic_kernels(key):
+    """A generic fallback per slice: an unaligned (v1) 32-bit igemm with split_k 1, a 64-bit one,
+    and an unaligned direct kernel for small groups."""
+    configs = rule_slice("default", *key)
+    assert any(c.family is Family.IGEMM and c.vec == 1 and c.split_k == 1 and not c.index64 for c in configs)
+    assert any(c.family is Family.IGEMM and c.vec == 1 and c.split_k == 1 and c.index64 for c in configs)
+    assert any(c.family is Family.DIRECT and c.vec == 1 and c.split_k == 1 for c in configs)
+    if key[0] is Direction.BACKWARD_WEIGHT:
+        assert any(c.split_k > 1 for c in configs)
+    else:
+        assert all(c.split_k == 1 for c in configs)
+
+
+# ---- arch dependence ------------------------------------------------------------------------
+def test_sm80_full_excludes_configs_over_its_smem_budget():
+    """The A100 has 163 KiB per block against 227 KiB on Hopper: some sm_90 configs must not exist
+    for sm_80, and everything else is shared."""
+    key = (Direction.FORWARD, DType.BF16, 2)
+    sm90 = rule_slice_set("full", *key)
+    sm80 = rule_slice_set("full", *key, arch="sm_80")
+    budget80 = get_arch("sm_80").smem_per_block_bytes - EPILOGUE_SMEM_RESERVE
+    big = {c for c in sm90 if c.smem_bytes_estimate > budget80}
+    assert big, "expected configs whose staging buffers only fit Hopper's shared memory"
+    assert not big & sm80
+    assert sm80 == sm90 - big
+    example = KernelConfig(Direction.FORWARD, DType.BF16, 2, Family.IGEMM, 256, 128, 64, 8, 4, 8)
+    assert example.smem_bytes_estimate == 4 * (256 + 128) * 64 * 2  # 192 KiB
+    assert example in sm90 and example not in sm80
+
+
+def test_sm89_default_differs_where_smem_binds():
+    """L40S: 99 KiB per block; a 3-stage 128x128x64 bf16 pipeline (96 KiB + reserve) does not fit."""
+    key = (Direction.FORWARD, DType.BF16, 2)
+    sm90 = set(rule_slice("default", *key))
+    sm89 = set(rule_slice("default", *key, arch="sm_89"))
+    assert sm89 < sm90
+    budget89 = get_arch("sm_89").smem_per_block_bytes - EPILOGUE_SMEM_RESERVE
+    assert sm90 - sm89 == {c for c in sm90 if c.smem_bytes_estimate > budget89}
+
+
+def test_arch_aliases_give_the_same_rule_set():
+    key = dict(directions=["fwd"], dtypes=["bf16"], ndims=[2])
+    assert rule_set_configs("default", "h200", **key) == rule_set_configs("default", "sm_90", **key)
+    assert rule_set_configs("default", "h100_sxm", **key) == rule_set_configs("default", "sm_90", **key)

@@ -1,0 +1,206 @@
+"""is_supported(problem, kernel): yes, or no with a reason naming the field (DESIGN §3–§4).
+
+The coverage property: every valid problem is runnable by at least one kernel of ``default``."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+
+from tests.strategies import any_problems, huge_problems, rule_slice
+from tiledispatch.native.configs import Family, KernelConfig
+from tiledispatch.native.problem import ConvProblem, Direction, DType
+from tiledispatch.native.support import (
+    DIRECT_MAX_CHANNELS_PER_GROUP,
+    GMERGE_MAX_CHANNELS_PER_GROUP,
+    Support,
+    is_supported,
+    supported_configs,
+)
+
+#: What a reason may name: a problem field, a derived problem attribute, or one of its tensors.
+PROBLEM_NAMES = {f.name for f in dataclasses.fields(ConvProblem)} | {"ndim", "input", "weight", "output"}
+
+
+def problem(**overrides) -> ConvProblem:
+    fields = dict(direction="fwd", dtype="bf16", batch=4, groups=4, in_channels=64, out_channels=64,
+                  input_size=(14, 14), filter_size=(3, 3), stride=(1, 1), dilation=(1, 1), pad_begin=(1, 1),
+                  pad_end=(1, 1))
+    fields.update(overrides)
+    return ConvProblem(**fields)
+
+
+def one_by_one(**overrides) -> ConvProblem:
+    return problem(**{**dict(filter_size=(1, 1), pad_begin=(0, 0), pad_end=(0, 0)), **overrides})
+
+
+def kernel(family=Family.IGEMM, direction=Direction.FORWARD, dtype=DType.BF16, ndim=2, **overrides) -> KernelConfig:
+    if family is Family.DIRECT:
+        fields = dict(block_m=64, block_n=32, block_k=1, num_warps=4, num_stages=1, group_m=1)
+    else:
+        fields = dict(block_m=64, block_n=64, block_k=32, num_warps=4, num_stages=3, group_m=8,
+                      merge=4 if family is Family.GMERGE else 1)
+    fields.update(overrides)
+    return KernelConfig(direction=direction, dtype=dtype, ndim=ndim, family=family, **fields)
+
+
+def assert_no(support: Support, field: str) -> None:
+    assert isinstance(support, Support)
+    assert not support and support.ok is False
+    prefix, sep, rule = support.reason.partition(":")
+    assert sep and rule.strip(), support.reason
+    named = {part.strip() for part in prefix.split("/")}
+    assert field in named, support.reason
+
+
+NO_CASES = [
+    # (id, problem, kernel, field the reason must name)
+    ("direction", problem(direction="bwd_data"), kernel(), "direction"),
+    ("dtype", problem(dtype="fp16"), kernel(), "dtype"),
+    ("dtype_fp32", problem(dtype="fp32"), kernel(), "dtype"),
+    ("ndim", problem(input_size=(4, 14, 14), filter_size=(3, 3, 3), stride=(1, 1, 1), dilation=(1, 1, 1),
+                     pad_begin=(1, 1, 1), pad_end=(1, 1, 1)), kernel(), "ndim"),
+    ("ndim_3d_kernel", problem(), kernel(ndim=3), "ndim"),
+    ("v8_odd_c", problem(groups=3, in_channels=27, out_channels=48), kernel(vec=8), "in_channels"),
+    ("v8_odd_k", problem(groups=2, in_channels=32, out_channels=6), kernel(vec=8), "out_channels"),
+    ("v8_c_per_group_12", problem(groups=2, in_channels=24, out_channels=32), kernel(vec=8), "in_channels"),
+    ("v8_direct_odd", problem(groups=5, in_channels=5, out_channels=5), kernel(Family.DIRECT, vec=8),
+     "in_channels"),
+    ("v8_gemm1x1_odd", one_by_one(groups=1, in_channels=3, out_channels=64), kernel(Family.GEMM1X1, vec=8),
+     "in_channels"),
+    ("gemm1x1_3x3", problem(pad_begin=(0, 0), pad_end=(0, 0)), kernel(Family.GEMM1X1), "filter_size"),
+    ("gemm1x1_1x3", one_by_one(filter_size=(1, 3)), kernel(Family.GEMM1X1), "filter_size"),
+    ("gemm1x1_stride2", one_by_one(stride=(2, 2)), kernel(Family.GEMM1X1), "stride"),
+    ("gemm1x1_stride_w", one_by_one(stride=(1, 2)), kernel(Family.GEMM1X1), "stride"),
+    ("gemm1x1_pad_begin", one_by_one(pad_begin=(1, 0)), kernel(Family.GEMM1X1), "pad_begin"),
+    ("gemm1x1_pad_end", one_by_one(pad_end=(0, 1)), kernel(Family.GEMM1X1), "pad_end"),
+    ("gmerge_more_than_groups", problem(groups=2, in_channels=8, out_channels=8), kernel(Family.GMERGE, merge=4),
+     "groups"),
+    ("gmerge_dense", problem(groups=1, in_channels=8, out_channels=8), kernel(Family.GMERGE, merge=2), "groups"),
+    ("gmerge_big_groups", problem(groups=4, in_channels=256, out_channels=256), kernel(Family.GMERGE, merge=2),
+     "in_channels"),
+    ("direct_cg_64", problem(groups=2, in_channels=128, out_channels=128), kernel(Family.DIRECT), "in_channels"),
+    ("direct_kg_64", problem(groups=2, in_channels=2, out_channels=128), kernel(Family.DIRECT), "out_channels"),
+    ("split_k_tiny_reduction",
+     problem(direction="bwd_weight", batch=1, input_size=(4, 4)),
+     kernel(direction=Direction.BACKWARD_WEIGHT, split_k=16), "batch"),
+    ("split_k_direct_tiny_reduction",
+     problem(direction="bwd_weight", batch=1, groups=8, in_channels=8, out_channels=8, input_size=(8, 8)),
+     kernel(Family.DIRECT, direction=Direction.BACKWARD_WEIGHT, split_k=8), "batch"),
+]
+
+
+@pytest.mark.parametrize("prob, config, field", [c[1:] for c in NO_CASES], ids=[c[0] for c in NO_CASES])
+def test_unsupported_gives_reason_naming_field(prob, config, field):
+    assert_no(is_supported(prob, config), field)
+    assert config not in supported_configs(prob, [config])
+
+
+HUGE = problem(batch=256, groups=1, in_channels=256, out_channels=256, input_size=(224, 224))
+
+
+def test_huge_problem_needs_int64_kernel():
+    assert HUGE.needs_int64_index
+    support = is_supported(HUGE, kernel())
+    assert not support
+    assert "i64" in support.reason or "64-bit" in support.reason
+    assert is_supported(HUGE, kernel(index64=True))
+
+
+def test_huge_problem_reason_names_a_field():
+    support = is_supported(HUGE, kernel())
+    prefix = support.reason.partition(":")[0]
+    assert {part.strip() for part in prefix.split("/")} & PROBLEM_NAMES, support.reason
+
+
+YES_CASES = [
+    ("igemm_odd_channels", problem(groups=3, in_channels=9, out_channels=21), kernel()),
+    ("igemm_depthwise", problem(groups=7, in_channels=7, out_channels=7), kernel()),
+    ("igemm_3d", problem(input_size=(3, 5, 5), filter_size=(1, 3, 3), stride=(1, 2, 2), dilation=(1, 1, 1),
+                         pad_begin=(0, 1, 1), pad_end=(0, 1, 1)), kernel(ndim=3)),
+    ("v8_aligned", problem(groups=2, in_channels=32, out_channels=16), kernel(vec=8)),
+    ("v8_direct_depthwise_aligned", problem(groups=24, in_channels=24, out_channels=48), kernel(Family.DIRECT,
+                                                                                              vec=8)),
+    ("gemm1x1", one_by_one(), kernel(Family.GEMM1X1)),
+    ("gemm1x1_dilated", one_by_one(dilation=(2, 3)), kernel(Family.GEMM1X1, vec=8)),
+    ("gmerge_exact", problem(groups=4, in_channels=16, out_channels=16), kernel(Family.GMERGE, merge=4)),
+    ("gmerge_partial", problem(groups=5, in_channels=5, out_channels=10), kernel(Family.GMERGE, merge=4)),
+    ("gmerge_limit", problem(groups=4, in_channels=4 * GMERGE_MAX_CHANNELS_PER_GROUP,
+                             out_channels=4 * GMERGE_MAX_CHANNELS_PER_GROUP), kernel(Family.GMERGE, merge=2)),
+    ("direct_depthwise", problem(groups=64, in_channels=64, out_channels=64), kernel(Family.DIRECT)),
+    ("direct_limit", problem(groups=2, in_channels=2 * DIRECT_MAX_CHANNELS_PER_GROUP, out_channels=2),
+     kernel(Family.DIRECT)),
+    ("split_k_long_reduction", problem(direction="bwd_weight", batch=32),
+     kernel(direction=Direction.BACKWARD_WEIGHT, split_k=16)),
+    ("split_k_exact", problem(direction="bwd_weight", batch=2, input_size=(16, 16)),  # 2*16*16 = 16*32
+     kernel(direction=Direction.BACKWARD_WEIGHT, split_k=16)),
+    ("i64_small_problem", problem(), kernel(index64=True)),
+    ("fp32", problem(dtype="fp32"), kernel(dtype=DType.FP32)),
+    ("bwd_data_stride", problem(direction="bwd_data", stride=(2, 3)), kernel(direction=Direction.BACKWARD_DATA)),
+]
+
+
+@pytest.mark.parametrize("prob, config", [c[1:] for c in YES_CASES], ids=[c[0] for c in YES_CASES])
+def test_supported(prob, config):
+    support = is_supported(prob, config)
+    assert support, support.reason
+    assert support.ok is True and support.reason == ""
+    assert supported_configs(prob, [config]) == [config]
+
+
+def test_split_k_boundary():
+    """Reduction of N·prod(out) positions against split_k × block_k: exactly enough is enough."""
+    config = kernel(direction=Direction.BACKWARD_WEIGHT, split_k=16)  # 16 × 32 = 512
+    assert is_supported(problem(direction="bwd_weight", batch=2, input_size=(16, 16)), config)
+    assert not is_supported(problem(direction="bwd_weight", batch=1, input_size=(16, 16)), config)
+    assert is_supported(problem(direction="bwd_weight", batch=1, input_size=(16, 16)),
+                        dataclasses.replace(config, split_k=8))
+
+
+def test_supported_configs_filters_in_order():
+    prob = problem(groups=3, in_channels=9, out_channels=9)
+    configs = [kernel(vec=8), kernel(), kernel(Family.GEMM1X1), kernel(Family.DIRECT), kernel(index64=True)]
+    assert supported_configs(prob, configs) == [configs[1], configs[3], configs[4]]
+
+
+# ---- the coverage property -------------------------------------------------------------------
+DEFAULT_SLICES = {(d, t, n): rule_slice("default", d, t, n) for d in Direction for t in DType for n in (2, 3)}
+
+
+def check_coverage(p: ConvProblem) -> None:
+    configs = DEFAULT_SLICES[(p.direction, p.dtype, p.ndim)]
+    answers = [(c, is_supported(p, c)) for c in configs]
+    chosen = [c for c, s in answers if s]
+    assert chosen, f"no default kernel supports {p.key}"
+    for c, s in answers:
+        if not s:
+            assert ":" in s.reason, (c.name, s.reason)
+    if p.needs_int64_index:
+        assert all(c.index64 for c in chosen)
+
+
+@settings(max_examples=300, deadline=None)
+@given(any_problems())
+def test_every_valid_problem_has_a_default_kernel(p):
+    check_coverage(p)
+
+
+@settings(max_examples=60, deadline=None)
+@given(huge_problems())
+def test_every_huge_problem_has_a_default_kernel(p):
+    assert p.needs_int64_index
+    check_coverage(p)
+
+
+def test_dev_suite_like_problems_have_fast_kernels():
+    """Aligned grouped and depthwise problems are served by something faster than the generic kernel."""
+    resnext = problem(batch=32, groups=32, in_channels=128, out_channels=128, input_size=(56, 56))
+    depthwise = problem(batch=32, groups=144, in_channels=144, out_channels=144, input_size=(56, 56))
+    pointwise = one_by_one(batch=32, groups=1, in_channels=64, out_channels=256, input_size=(56, 56))
+    for direction in Direction:
+        for prob, family in ((resnext, Family.GMERGE), (depthwise, Family.DIRECT), (pointwise, Family.GEMM1X1)):
+            p = prob.with_direction(direction)
+            chosen = supported_configs(p, DEFAULT_SLICES[(p.direction, p.dtype, p.ndim)])
+            assert any(c.family is family for c in chosen), (direction, family)
