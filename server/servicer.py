@@ -1,0 +1,149 @@
+"""The gRPC servicer of ``tiledispatch.v1.TileDispatchService``: thin by design.
+
+Each RPC converts its request (:mod:`.convert`), calls the core (:mod:`.service`) in an executor
+thread, converts the answer, and maps any error to a status once (:mod:`.errors`). It also keeps
+the cross-cutting rules in one place: UNAVAILABLE until the core is loaded, RESOURCE_EXHAUSTED past
+``--max-concurrency`` RPCs in flight, and RPC count/latency metrics by method and code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import Any
+
+import grpc
+
+from tiledispatch.v1 import tiledispatch_pb2 as pb
+from tiledispatch.v1 import tiledispatch_pb2_grpc as pb_grpc
+
+from . import convert
+from .errors import FIELD_METADATA_KEY, ResourceExhausted, Unavailable, to_status
+from .metrics import Metrics
+from .service import Dispatcher
+
+log = logging.getLogger("tiledispatch.server.rpc")
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["TileDispatchService"].full_name
+
+
+class Servicer(pb_grpc.TileDispatchServiceServicer):
+    def __init__(self, metrics: Metrics, fast: Executor, heavy: Executor, max_concurrency: int):
+        self.dispatcher: Dispatcher | None = None  # set when loading finishes
+        self.closing = False
+        self._metrics = metrics
+        self._fast = fast      # selection, listings, info: short calls
+        self._heavy = heavy    # runs and benchmarks: may take seconds, must not starve the short ones
+        self._max_concurrency = max_concurrency
+        self._inflight = 0     # touched only on the event loop: no lock
+
+    # ---- RPCs ------------------------------------------------------------------------------------
+    async def Select(self, request: pb.SelectRequest, context) -> pb.SelectResponse:
+        def work(core: Dispatcher) -> pb.SelectResponse:
+            query = convert.select_query(request)
+            return convert.select_response(core.select(query), query.top_k)
+
+        executor = self._heavy if request.policy == pb.SELECTION_POLICY_AUTOTUNE else self._fast
+        return await self._unary("Select", context, executor, work)
+
+    async def Run(self, request: pb.RunRequest, context) -> pb.RunResponse:
+        def work(core: Dispatcher) -> pb.RunResponse:
+            query = convert.run_query(request)
+            return convert.run_response(core.run(query), query.problem.dtype)
+
+        return await self._unary("Run", context, self._heavy, work)
+
+    async def ListKernels(self, request: pb.ListKernelsRequest, context) -> pb.ListKernelsResponse:
+        def work(core: Dispatcher) -> pb.ListKernelsResponse:
+            return convert.list_kernels_response(core.list_kernels(convert.list_kernels_query(request)),
+                                                 core.catalog.source)
+
+        return await self._unary("ListKernels", context, self._fast, work)
+
+    async def ListModels(self, request: pb.ListModelsRequest, context) -> pb.ListModelsResponse:
+        return await self._unary("ListModels", context, self._fast,
+                                 lambda core: convert.list_models_response(core.list_models()))
+
+    async def GetServerInfo(self, request: pb.GetServerInfoRequest, context) -> pb.GetServerInfoResponse:
+        return await self._unary("GetServerInfo", context, self._fast,
+                                 lambda core: convert.server_info_response(core.info()))
+
+    async def Benchmark(self, request: pb.BenchmarkRequest, context) -> None:
+        loop = asyncio.get_running_loop()
+        events = None
+
+        async def stream(core: Dispatcher) -> None:
+            nonlocal events
+            # Validation and the GPU check happen in benchmark() itself, before any event.
+            events = await loop.run_in_executor(self._heavy, lambda: core.benchmark(convert.benchmark_query(request)))
+            while (event := await loop.run_in_executor(self._heavy, next, events, None)) is not None:
+                await context.write(convert.benchmark_event(event))
+
+        try:
+            await self._guarded("Benchmark", context, stream)
+        finally:
+            if events is not None:
+                # Stop measuring if the client went away; ValueError: the generator is still running in
+                # its thread (it ends after the current kernel).
+                with contextlib.suppress(ValueError):
+                    events.close()
+
+    # ---- the shared wrapper ----------------------------------------------------------------------
+    async def _unary(self, method: str, context, executor: Executor, work: Callable[[Dispatcher], Any]) -> Any:
+        loop = asyncio.get_running_loop()
+        result = None
+
+        async def call(core: Dispatcher) -> None:
+            nonlocal result
+            result = await loop.run_in_executor(executor, work, core)
+
+        await self._guarded(method, context, call)
+        return result
+
+    async def _guarded(self, method: str, context, body) -> None:
+        """Admission, error mapping and metrics around one RPC."""
+        start = time.perf_counter()
+        code = grpc.StatusCode.OK
+        try:
+            core = self._admit()
+            self._inflight += 1
+            self._metrics.inflight.inc()
+            try:
+                await body(core)
+            finally:
+                self._inflight -= 1
+                self._metrics.inflight.dec()
+        except asyncio.CancelledError:
+            code = grpc.StatusCode.CANCELLED
+            raise
+        except grpc.aio.AbortError:
+            raise
+        except Exception as error:
+            status = to_status(error)
+            if status is None:
+                log.exception("unexpected error", extra={"method": method})
+                code, details, field = grpc.StatusCode.INTERNAL, f"internal error ({type(error).__name__})", ""
+            else:
+                code, details, field = status.code, status.details, status.field
+                log.info("rpc failed", extra={"method": method, "code": code.name, "details": details})
+            metadata = ((FIELD_METADATA_KEY, field),) if field else ()
+            await context.abort(code, details, trailing_metadata=metadata)
+        finally:
+            elapsed = time.perf_counter() - start
+            self._metrics.rpc_requests.labels(method, code.name).inc()
+            self._metrics.rpc_latency.labels(method, code.name).observe(elapsed)
+            log.debug("rpc", extra={"method": method, "code": code.name, "ms": round(elapsed * 1e3, 3)})
+
+    def _admit(self) -> Dispatcher:
+        if self.closing:
+            raise Unavailable("server is shutting down")
+        if self.dispatcher is None:
+            raise Unavailable("server is starting: loading the kernel registry and models")
+        if self._inflight >= self._max_concurrency:
+            raise ResourceExhausted(f"{self._inflight} requests in flight, the limit is {self._max_concurrency} "
+                                    "(--max-concurrency); retry later")
+        return self.dispatcher

@@ -1,0 +1,155 @@
+"""Selection policy: tuning database → trained model → analytic, the cache, pins and filters."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tiledispatch.native.arch import get_arch
+from tiledispatch.native.configs import Family
+from tiledispatch.native.problem import ConvProblem, Direction, DType
+from tiledispatch.server.catalog import Catalog
+from tiledispatch.server.errors import FailedPrecondition, InvalidArgument, NotFound, Unimplemented
+from tiledispatch.server.metrics import Metrics
+from tiledispatch.server.predictors import ModelStore, version_key
+from tiledispatch.server.selection import Policy, Selector, SelectQuery, Source
+from tiledispatch.server.tuning_db import MeasurementRow, TuningDB
+
+from .conftest import TINY
+
+SPEC = get_arch("sm_90")
+
+
+class StubModel:
+    """A 'trained' model: predicts a fixed order (reverse name order) so its answers are recognisable."""
+
+    kind = "trained"
+
+    def __init__(self, name: str, version: str, dtype: DType = DType.BF16, direction: Direction = Direction.FORWARD):
+        self.name, self.version = name, version
+        self._dtype, self._direction = dtype, direction
+
+    def covers(self, arch, dtype, direction):
+        return arch == "sm_90" and dtype is self._dtype and direction is self._direction
+
+    def predict_us(self, problem, configs):
+        names = [c.name for c in configs]
+        order = sorted(range(len(names)), key=lambda i: names[i], reverse=True)
+        out = np.empty(len(names))
+        out[order] = np.arange(len(names)) + 1.0
+        return out
+
+
+@pytest.fixture
+def parts(tmp_path):
+    db = TuningDB(tmp_path / "t.sqlite")
+    catalog = Catalog.load(None, SPEC)
+    models = ModelStore.load(tmp_path / "no-models", SPEC)
+    selector = Selector(catalog, models, db, SPEC.name, Metrics(), cache_size=8)
+    yield selector, db, models
+    db.close()
+
+
+def problem(**changes) -> ConvProblem:
+    return ConvProblem(**{**TINY, **changes})
+
+
+def test_analytic_fallback(parts):
+    selector, _, _ = parts
+    selection = selector.select(SelectQuery(problem()))
+    assert selection.source is Source.ANALYTIC
+    assert (selection.model_name, selection.model_version) == ("analytic", "1")
+    times = [c.predicted_us for c in selection.candidates]
+    assert times == sorted(times) and len(selection.candidates) > 5
+    assert all(c.measured_us is None for c in selection.candidates)
+
+
+def test_exact_hit_in_tuning_db_wins(parts):
+    selector, db, _ = parts
+    p = problem()
+    ranked = selector.select(SelectQuery(p)).candidates
+    slow, fast = ranked[0].config.name, ranked[-1].config.name
+    db.record([MeasurementRow(p.key, p.to_json(), name, "sm_90", "h200", "gpu", t, t, None, "ok", 0.0, "", "test")
+               for name, t in ((slow, 50.0), (fast, 5.0))])
+    selector.invalidate()
+    selection = selector.select(SelectQuery(p))
+    assert selection.source is Source.TUNING_DB
+    assert [c.config.name for c in selection.candidates[:2]] == [fast, slow]
+    assert [c.measured_us for c in selection.candidates[:2]] == [5.0, 50.0]
+    assert selection.candidates[2].measured_us is None  # the unmeasured rest follows, by prediction
+    assert selector.select(SelectQuery(p, policy=Policy.ANALYTIC_ONLY)).source is Source.ANALYTIC
+    assert selector.select(SelectQuery(p, policy=Policy.TUNING_DB_ONLY)).best.config.name == fast
+    with pytest.raises(NotFound):
+        selector.select(SelectQuery(problem(batch=3), policy=Policy.TUNING_DB_ONLY))
+
+
+def test_trained_model_chosen_by_dtype_direction_and_newest_version(parts):
+    selector, _, models = parts
+    models.trained.extend([StubModel("gbm", "1.9"), StubModel("gbm", "1.10"),
+                           StubModel("gbm", "3", dtype=DType.FP16)])
+    selection = selector.select(SelectQuery(problem()))
+    assert selection.source is Source.MODEL and (selection.model_name, selection.model_version) == ("gbm", "1.10")
+    names = [c.config.name for c in selection.candidates]
+    assert names == sorted(names, reverse=True)
+    # bwd_data has no trained model: analytic.
+    assert selector.select(SelectQuery(problem(direction="bwd_data"))).source is Source.ANALYTIC
+    with pytest.raises(NotFound) as caught:
+        selector.select(SelectQuery(problem(direction="bwd_data"), policy=Policy.MODEL_ONLY))
+    assert caught.value.field == "model"
+    pinned = selector.select(SelectQuery(problem(), model=("gbm", "1.9")))
+    assert pinned.model_version == "1.9"
+    with pytest.raises(NotFound):
+        selector.select(SelectQuery(problem(), model=("gbm", "7")))
+    with pytest.raises(FailedPrecondition):
+        selector.select(SelectQuery(problem(), model=("gbm", "3")))  # fp16 model, bf16 problem
+    assert selector.select(SelectQuery(problem(), model=("analytic", ""))).source is Source.ANALYTIC
+    with pytest.raises(InvalidArgument):
+        selector.select(SelectQuery(problem(), policy=Policy.ANALYTIC_ONLY, model=("gbm", "")))
+
+
+def test_version_key_orders_numerically():
+    assert sorted(["1.10", "1.9", "2", "v10", "v9"], key=version_key) == ["1.9", "1.10", "2", "v9", "v10"]
+
+
+def test_cache_hits_and_invalidation(parts):
+    selector, _, _ = parts
+    query = SelectQuery(problem(), top_k=3)
+    assert not selector.select(query).cached
+    assert selector.select(SelectQuery(problem(), top_k=7)).cached  # top_k is cut from the cached ranking
+    assert not selector.select(SelectQuery(problem(), families=frozenset({Family.DIRECT}))).cached
+    selector.invalidate()
+    assert not selector.select(query).cached
+    for batch in range(1, 12):  # LRU of 8: the first entries fall out
+        selector.select(SelectQuery(problem(batch=batch)))
+    assert not selector.select(SelectQuery(problem(batch=1))).cached
+
+
+def test_family_filter_and_unimplemented(parts):
+    selector, _, _ = parts
+    only = selector.select(SelectQuery(problem(), families=frozenset({Family.DIRECT})))
+    assert {c.config.family for c in only.candidates} == {Family.DIRECT}
+    with pytest.raises(Unimplemented) as caught:  # C/G = 2: no 1x1 kernel for a 3x2 filter
+        selector.select(SelectQuery(problem(), families=frozenset({Family.GEMM1X1})))
+    assert "gemm1x1" in caught.value.message
+
+
+def test_quarantined_kernels_are_not_selected(parts):
+    selector, _, _ = parts
+    best = selector.select(SelectQuery(problem())).best.config.name
+    selector.catalog.quarantine(best, "crashed")
+    selector.invalidate()
+    assert best not in [c.config.name for c in selector.select(SelectQuery(problem())).candidates]
+
+
+def test_autotune_needs_a_gpu(parts):
+    selector, _, _ = parts
+    with pytest.raises(FailedPrecondition) as caught:
+        selector.select(SelectQuery(problem(), policy=Policy.AUTOTUNE))
+    assert caught.value.field == "policy"
+
+
+def test_negative_top_k(parts):
+    selector, _, _ = parts
+    with pytest.raises(InvalidArgument) as caught:
+        selector.select(SelectQuery(problem(), top_k=-1))
+    assert caught.value.field == "top_k"
