@@ -161,7 +161,7 @@ def torch_reference(problem: ConvProblem, first: Any, second: Any) -> Any:
     return from_torch_weight(grad, problem.weight_shape)
 
 
-class _ProblemSetup:
+class ProblemSetup:
     """Operands (several rotated sets), output buffer and float64 reference for one problem."""
 
     def __init__(self, problem: ConvProblem, l2_bytes: int, seed: int):
@@ -234,7 +234,7 @@ def _time_callable(call, sets: int, settings: BenchSettings, quick: bool = False
     return event_median, event_min, sorted(replays)[len(replays) // 2]
 
 
-def _cudnn_call(problem: ConvProblem, setup: _ProblemSetup):
+def _cudnn_call(problem: ConvProblem, setup: ProblemSetup):
     import torch
 
     nd = problem.ndim
@@ -335,66 +335,82 @@ def _problem_columns(problem: ConvProblem) -> dict:
     }
 
 
-def _measure_problem(problem: ConvProblem, configs: list[KernelConfig], registry: Any, ceilings: Ceilings,
-                     settings: BenchSettings, notify) -> Iterator[dict]:
-    """Yield one row per kernel (and cuDNN) for one problem. ``notify(name)`` before each launch."""
+def new_setup(problem: ConvProblem, settings: BenchSettings) -> ProblemSetup:
+    """Fresh random operands (seeded by the run seed, the problem and the clock) and the reference."""
+    import torch
+
+    l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size
+    return ProblemSetup(problem, l2_bytes, seed=settings.seed ^ zlib.crc32(problem.key.encode()) ^ time.time_ns())
+
+
+def measure_kernel(setup: ProblemSetup, config: KernelConfig, loader: Any, ceilings: Ceilings,
+                   settings: BenchSettings, best_us: float = float("inf")) -> dict:
+    """Check one kernel against the reference, then time it (unless pruned by ``best_us``)."""
     import torch
 
     from tiledispatch.native import launch
 
-    spec_l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    setup = _ProblemSetup(problem, spec_l2, seed=settings.seed ^ zlib.crc32(problem.key.encode()) ^ time.time_ns())
+    problem = setup.problem
     limit = RELATIVE_ERROR_LIMIT[problem.dtype]
+    try:
+        def call(i):
+            launch.run(problem, config, setup.first[i], setup.second[i], setup.out[i], loader=loader,
+                       check_support=False)
+
+        setup.out[0].fill_(float("nan"))
+        call(0)
+        torch.cuda.synchronize()
+        error = setup.relative_error(setup.out[0])
+        if not error <= limit:
+            return _row(problem, ceilings, config.name, "wrong", error=error,
+                        message=f"relative error {error:.3g} > {limit:g}")
+        if settings.oracle_only and best_us < float("inf"):
+            quick, _, _ = _time_callable(call, setup.sets, settings, quick=True)
+            if quick > PRUNE_FACTOR * best_us:
+                return _row(problem, ceilings, config.name, "pruned", error=error, event_median=quick)
+        event_median, event_min, graph = _time_callable(call, setup.sets, settings)
+        return _row(problem, ceilings, config.name, "ok", error=error, event_median=event_median,
+                    event_min=event_min, graph=graph)
+    except Exception as exc:  # a failing kernel is recorded, the sweep goes on
+        return _row(problem, ceilings, config.name, "error", message=f"{type(exc).__name__}: {exc}")
+
+
+def measure_cudnn(setup: ProblemSetup, ceilings: Ceilings, settings: BenchSettings) -> dict:
+    import torch
+
+    problem = setup.problem
+    try:
+        torch.backends.cudnn.benchmark = True
+        call = _cudnn_call(problem, setup)
+        result = call(0)
+        torch.cuda.synchronize()
+        error = setup.relative_error(_grouped_result(problem, result))
+        event_median, event_min, graph = _time_callable(call, setup.sets, settings)
+        status = "ok" if error <= RELATIVE_ERROR_LIMIT[problem.dtype] else "wrong"
+        return _row(problem, ceilings, CUDNN, status, error=error, event_median=event_median,
+                    event_min=event_min, graph=graph)
+    except Exception as exc:
+        return _row(problem, ceilings, CUDNN, "error", message=f"{type(exc).__name__}: {exc}")
+
+
+def measure_iter(problem: ConvProblem, configs: list[KernelConfig], registry: Any, ceilings: Ceilings,
+                 settings: BenchSettings, notify=lambda name: None) -> Iterator[dict]:
+    """One row per kernel (then cuDNN) for one problem; ``notify(name)`` before each launch."""
+    import torch
+
+    setup = new_setup(problem, settings)
     loader = registry.loader()
     best = float("inf")
     for config in configs:
         notify(config.name)
-        try:
-            def call(i, config=config):
-                launch.run(problem, config, setup.first[i], setup.second[i], setup.out[i], loader=loader,
-                           check_support=False)
-
-            setup.out[0].fill_(float("nan"))
-            call(0)
-            torch.cuda.synchronize()
-            error = setup.relative_error(setup.out[0])
-            if not error <= limit:
-                yield _row(problem, ceilings, config.name, "wrong", error=error,
-                           message=f"relative error {error:.3g} > {limit:g}")
-                continue
-            if settings.oracle_only and best < float("inf"):
-                quick, _, _ = _time_callable(call, setup.sets, settings, quick=True)
-                if quick > PRUNE_FACTOR * best:
-                    yield _row(problem, ceilings, config.name, "pruned", error=error, event_median=quick)
-                    continue
-            event_median, event_min, graph = _time_callable(call, setup.sets, settings)
-            best = min(best, graph if graph == graph else event_median)
-            yield _row(problem, ceilings, config.name, "ok", error=error, event_median=event_median,
-                       event_min=event_min, graph=graph)
-        except Exception as exc:  # a failing kernel is recorded, the sweep goes on
-            yield _row(problem, ceilings, config.name, "error", message=f"{type(exc).__name__}: {exc}")
+        row = measure_kernel(setup, config, loader, ceilings, settings, best)
+        if row["status"] == "ok":
+            best = min(best, row["graph_us"] if row["graph_us"] == row["graph_us"] else row["event_median_us"])
+        yield row
     if settings.include_cudnn:
         notify(CUDNN)
-        try:
-            torch.backends.cudnn.benchmark = True
-            call = _cudnn_call(problem, setup)
-            result = call(0)
-            torch.cuda.synchronize()
-            error = setup.relative_error(_grouped_result(problem, result))
-            event_median, event_min, graph = _time_callable(call, setup.sets, settings)
-            yield _row(problem, ceilings, CUDNN, "ok" if error <= limit else "wrong", error=error,
-                       event_median=event_median, event_min=event_min, graph=graph)
-        except Exception as exc:
-            yield _row(problem, ceilings, CUDNN, "error", message=f"{type(exc).__name__}: {exc}")
+        yield measure_cudnn(setup, ceilings, settings)
     torch.cuda.empty_cache()
-
-
-def measure(problem: ConvProblem, configs: list[KernelConfig], *, registry: Any, ceilings: Ceilings | None = None,
-            settings: BenchSettings | None = None) -> list[dict]:
-    """In-process measurement of ``configs`` (and cuDNN) on one problem; no crash isolation."""
-    settings = settings or BenchSettings(cache_dir=str(registry.cache_dir))
-    ceilings = ceilings or Ceilings(773.0, 4256.0, 60.0)
-    return list(_measure_problem(problem, configs, registry, ceilings, settings, lambda name: None))
 
 
 def select_configs(problem: ConvProblem, registry: Any, settings: BenchSettings, exclude: Iterable[str] = ()) -> list:
@@ -426,8 +442,8 @@ def _worker_main(connection, settings_dict: dict, ceilings_dict: dict) -> None:
         problem = ConvProblem.from_dict(problem_dict)
         try:
             configs = select_configs(problem, registry, settings, exclude)
-            for row in _measure_problem(problem, configs, registry, ceilings, settings,
-                                        lambda name: connection.send(("start", name))):
+            for row in measure_iter(problem, configs, registry, ceilings, settings,
+                                    lambda name: connection.send(("start", name))):
                 connection.send(("row", row))
         except Exception:
             connection.send(("fatal", traceback.format_exc()))
@@ -523,11 +539,13 @@ def environment_manifest(settings: BenchSettings, ceilings: Ceilings) -> dict:
 
 
 def _git_commit() -> str:
+    """HEAD of the checkout, or ``$TILEDISPATCH_GIT_COMMIT`` where the tree is a copy without .git."""
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                              cwd=Path(__file__).resolve().parent).stdout.strip() or "unknown"
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+                                cwd=Path(__file__).resolve().parent).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return os.environ.get("TILEDISPATCH_GIT_COMMIT", "unknown")
+        commit = ""
+    return commit or os.environ.get("TILEDISPATCH_GIT_COMMIT", "unknown")
 
 
 def done_problem_keys(out_dir: Path) -> set[str]:

@@ -112,7 +112,8 @@ _USAGE_RE = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
 
 
 def _resource_usage(cubin_path: Path) -> tuple[int, int, int]:
-    """(registers, stack bytes, local bytes) per thread, from cuobjdump; local bytes > 0 are spills."""
+    """(registers, stack bytes, local bytes) per thread, from cuobjdump. Triton kernels make no
+    calls, so a stack frame or local memory means registers were spilled."""
     text = subprocess.run([_cuobjdump(), "--dump-resource-usage", str(cubin_path)], capture_output=True,
                           text=True, check=True).stdout
     match = _USAGE_RE.search(text)
@@ -169,7 +170,7 @@ def _build_kernel(kernel_name: str, arch: str, cache_dir: str) -> BuildResult:
     status = "ok" if compiled_any else "cached"
     if shared > spec.smem_per_block_bytes:
         status = "over_smem"
-    elif local > 0:
+    elif local > 0 or stack > 0:
         status = "spills"
     return BuildResult(kernel_name, status, keys, shared, registers, stack, local,
                        time.perf_counter() - started)

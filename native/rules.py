@@ -48,8 +48,8 @@ def _tensor_core_ok(config: KernelConfig, arch: ArchSpec) -> bool:
         return False
     if config.accumulator_registers < 4:  # fewer accumulators than one mma fragment per thread
         return False
-    # wgmma issues per warpgroup of 4 warps over >= 64 rows each.
-    return not (config.num_warps == 8 and config.block_m * config.block_n < 128 * 64)
+    # Eight warps are two warpgroups: below 64x64 per warpgroup they idle.
+    return not (config.num_warps == 8 and config.block_m * config.block_n < 64 * 64 * 2)
 
 
 def _direct_ok(config: KernelConfig) -> bool:
@@ -75,7 +75,8 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
         domains = (_TC_BLOCK_M, _TC_BLOCK_N, _TC_BLOCK_K, _TC_WARPS, _TC_STAGES, _GROUP_M,
                    _SPLIT_K if bwd_weight else (1,), merges, (1, 8), (False, True))
         if narrow:
-            domains = ((64, 128), (32, 64, 128), (32, 64), (4, 8), (3, 4), (8,), (1, 4, 16) if bwd_weight else (1,),
+            domains = ((32, 64, 128), (16, 32, 64, 128), (16, 32, 64), (4, 8), (2, 3, 4), (8,),
+                       (1, 4, 16) if bwd_weight else (1,),
                        tuple(m for m in merges if m <= 16), (1, 8), (False, True))
         for bm, bn, bk, warps, stages, gm, sk, mg, vec, i64 in itertools.product(*domains):
             yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, stages, gm, sk, mg, vec, i64)
@@ -98,30 +99,31 @@ def _default_rule(config: KernelConfig) -> bool:
             return (c.block_m, c.block_n, c.vec) == (64, 32, 1) and c.split_k in (1, 8)
         return (c.block_m in (32, 64, 128) and c.block_n in (16, 32, 64) and c.vec == 8
                 or (c.block_m, c.block_n, c.vec) == (64, 32, 1)) and c.split_k in (1, 8, 32)
-    if c.group_m != 8:
+    if c.group_m != 8 or c.split_k not in (1, 4, 16):
         return False
-    # Fixed pipeline depth per k-step: deeper for thin k-steps so enough bytes stay in flight.
-    if c.num_stages != {16: 5, 32: 4, 64: 3, 128: 2}[c.block_k]:
+    tile = (c.block_m, c.block_n, c.block_k)
+    if c.vec == 1:
+        # Unaligned channel runs cannot use 16-byte cp.async, so nothing is pipelined and deeper
+        # stages only hold more loads in registers; elements are gathered one 64-bit address each,
+        # so these tiles need twice the threads of aligned ones (measured: ptxas spills otherwise).
+        if c.num_stages != 2 or c.num_warps != (8 if c.block_m * c.block_n >= 128 * 64 else 4):
+            return False
+    elif (c.num_stages != {16: 5, 32: 4, 64: 3, 128: 2}[c.block_k]  # keep enough bytes in flight
+          or c.num_warps != (8 if c.block_m * c.block_n >= 128 * 128 else 4)):
         return False
-    natural_warps = 8 if c.block_m * c.block_n >= 128 * 128 else 4
-    if c.num_warps != natural_warps:
-        return False
-    if c.split_k not in (1, 4, 16):
-        return False
-    if c.index64:  # one generic 64-bit-indexed tensor-core kernel per direction
-        return (c.family is Family.IGEMM and (c.block_m, c.block_n, c.block_k) == (64, 64, 32)
-                and c.vec == 1 and c.split_k in (1, 4))
-    if c.dtype is DType.FP32:  # fp32 runs on tf32-free exact dots: correctness, not speed
-        return (c.family is Family.IGEMM and (c.block_m, c.block_n, c.block_k) in ((64, 64, 32), (128, 64, 32))
-                and c.vec == 1 and c.split_k in (1, 4))
-    if c.family is Family.GMERGE:
-        return (c.block_m in (64, 128) and c.block_n in (32, 64) and c.block_k == 32
-                and c.merge in (2, 4, 8, 16) and c.vec == 1)
+    if c.index64:  # one generic 64-bit-indexed kernel per direction: correctness for huge tensors
+        fallback = (32, 16, 16) if c.dtype is DType.FP32 else (64, 32, 16)
+        return c.family is Family.IGEMM and tile == fallback and c.vec == 1 and c.split_k in (1, 4)
+    v1_tiles = ((64, 32, 32), (64, 64, 32), (128, 64, 32))
+    if c.dtype is DType.FP32:  # fp32 runs on exact (non-tf32) dots: correctness, not speed
+        return c.family is Family.IGEMM and tile in v1_tiles[:2] and c.vec == 1 and c.split_k in (1, 4)
+    if c.family is Family.GMERGE:  # small groups are rarely 8-aligned: v1 only
+        return tile in v1_tiles and c.merge in (2, 4, 8, 16) and c.vec == 1
     if c.family is Family.GEMM1X1 and c.ndim == 3:
-        return (c.block_m, c.block_n, c.block_k) == (128, 64, 64) and c.vec == 8
-    if c.block_m not in (64, 128) or c.block_n not in (32, 64, 128) or c.block_k not in (32, 64):
-        return False
-    return c.vec == 8 or c.block_k == 32
+        return tile == (128, 64, 64) and c.vec == 8
+    if c.vec == 1:
+        return tile in v1_tiles
+    return c.block_m in (64, 128) and c.block_n in (32, 64, 128) and c.block_k in (32, 64)
 
 
 def _tiny_rule(config: KernelConfig) -> bool:

@@ -66,9 +66,9 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
     if config.split_k > 1:
         reduction = problem.batch * math.prod(problem.output_size)
         step = config.block_m if config.family is Family.DIRECT else config.block_k
-        if reduction < config.split_k * step:
+        if -(-reduction // step) < config.split_k:  # every split must own at least one step
             return Support(False, f"batch/output size: reduction of {reduction} positions is too short for "
-                                  f"split_k={config.split_k} x {step}")
+                                  f"split_k={config.split_k} steps of {step}")
     return _YES
 
 

@@ -43,6 +43,8 @@ class GpuHandler:
         self.loader = self.registry.loader() if self.registry is not None else None
         self.backend = "compiled" if self.registry is not None else "jit"
         self._warm: set[str] = set()
+        self._ceilings = None
+        self._setup = None
 
     @staticmethod
     def _open_registry(registry_dir: str | None, arch: str):
@@ -87,18 +89,24 @@ class GpuHandler:
 
     def measure(self, payload: dict[str, Any]) -> dict[str, Any]:
         """Time one kernel with the tile engine's method (per-call CUDA events, median and min, and
-        CUDA-graph replay for device time) after checking it against the float64 reference."""
-        from tiledispatch.native.bench import BenchSettings, measure
+        CUDA-graph replay for device time) after checking it against the float64 reference. The
+        operands and reference of the last problem are kept, so a Benchmark of N kernels builds
+        them once."""
+        from tiledispatch.native import bench
 
         if self.registry is None:
             raise RuntimeError(f"measuring needs a compiled registry: {self.registry_note}")
         problem = ConvProblem.from_dict(payload["problem"])
         config = parse_kernel_name(payload["kernel"])
-        settings = BenchSettings(cache_dir=str(self.registry.cache_dir), arch=self.arch, include_cudnn=False)
+        settings = bench.BenchSettings(cache_dir=str(self.registry.cache_dir), arch=self.arch, include_cudnn=False)
         if payload.get("repeats"):
             settings = replace(settings, event_repeats=int(payload["repeats"]))
-        rows = measure(problem, [config], registry=self.registry, settings=settings)
-        row = next(r for r in rows if r["kernel"] == config.name)
+        if self._ceilings is None:
+            self._ceilings = bench.measure_ceilings()
+        if self._setup is None or self._setup.problem != problem:
+            self._setup = None  # free the previous problem's buffers first
+            self._setup = bench.new_setup(problem, settings)
+        row = bench.measure_kernel(self._setup, config, self.loader, self._ceilings, settings)
         return {"median_us": float(row["event_median_us"]), "min_us": float(row["event_min_us"]),
                 "graph_us": float(row["graph_us"]), "status": str(row["status"]),
                 "relative_error": float(row["relative_error"]), "message": str(row.get("message", ""))}

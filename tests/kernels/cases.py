@@ -8,26 +8,26 @@ from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.problem import ConvProblem, Direction, DType
 
 # (label, problem fields without direction/dtype); odd channel counts, strides, dilations and
-# asymmetric pads on purpose.
+# asymmetric pads on purpose. Batches are large enough that split-K 4 has a step for every split.
 SHAPES_2D = {
-    "grouped_odd": dict(batch=2, groups=3, in_channels=6, out_channels=9, input_size=(5, 6), filter_size=(3, 2),
+    "grouped_odd": dict(batch=6, groups=3, in_channels=6, out_channels=9, input_size=(5, 6), filter_size=(3, 2),
                         stride=(2, 1), dilation=(1, 2), pad_begin=(1, 0), pad_end=(0, 2)),
-    "stride3": dict(batch=1, groups=2, in_channels=4, out_channels=6, input_size=(8, 7), filter_size=(3, 3),
+    "stride3": dict(batch=6, groups=2, in_channels=4, out_channels=6, input_size=(8, 7), filter_size=(3, 3),
                     stride=(3, 2), dilation=(1, 1), pad_begin=(1, 2), pad_end=(2, 0)),
     "depthwise": dict(batch=2, groups=8, in_channels=8, out_channels=8, input_size=(6, 5), filter_size=(3, 3),
                       stride=(1, 1), dilation=(1, 1), pad_begin=(1, 1), pad_end=(1, 1)),
-    "dw_multiplier": dict(batch=1, groups=5, in_channels=5, out_channels=10, input_size=(5, 7), filter_size=(5, 3),
+    "dw_multiplier": dict(batch=6, groups=5, in_channels=5, out_channels=10, input_size=(5, 7), filter_size=(5, 3),
                           stride=(2, 2), dilation=(1, 1), pad_begin=(2, 1), pad_end=(2, 1)),
-    "aligned_1x1": dict(batch=2, groups=2, in_channels=32, out_channels=16, input_size=(4, 5), filter_size=(1, 1),
+    "aligned_1x1": dict(batch=4, groups=2, in_channels=32, out_channels=16, input_size=(4, 5), filter_size=(1, 1),
                         stride=(1, 1), dilation=(1, 1), pad_begin=(0, 0), pad_end=(0, 0)),
 }
 SHAPES_3D = {
-    "grouped_odd": dict(batch=2, groups=2, in_channels=6, out_channels=10, input_size=(3, 4, 5),
+    "grouped_odd": dict(batch=3, groups=2, in_channels=6, out_channels=10, input_size=(3, 4, 5),
                         filter_size=(2, 3, 3), stride=(1, 2, 1), dilation=(2, 1, 1), pad_begin=(1, 1, 0),
                         pad_end=(1, 0, 1)),
-    "depthwise": dict(batch=1, groups=8, in_channels=8, out_channels=8, input_size=(3, 4, 4), filter_size=(3, 3, 3),
+    "depthwise": dict(batch=2, groups=8, in_channels=8, out_channels=8, input_size=(4, 4, 5), filter_size=(3, 3, 3),
                       stride=(2, 1, 1), dilation=(1, 1, 1), pad_begin=(1, 1, 1), pad_end=(1, 1, 1)),
-    "aligned_1x1": dict(batch=1, groups=2, in_channels=16, out_channels=16, input_size=(2, 3, 4),
+    "aligned_1x1": dict(batch=3, groups=2, in_channels=16, out_channels=16, input_size=(2, 3, 4),
                         filter_size=(1, 1, 1), stride=(1, 1, 1), dilation=(1, 1, 1), pad_begin=(0, 0, 0),
                         pad_end=(0, 0, 0)),
 }

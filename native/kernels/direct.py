@@ -1,0 +1,625 @@
+"""Direct (CUDA-core) grouped convolution for depthwise and small C/G: forward, backward_data and
+backward_weight, 2D and 3D (2D runs as 3D with depth 1).
+
+Notation: ``C_T = G·C/G`` and ``K_T = G·K/G`` are the total channel counts, ``k = g·K/G + kk`` a total
+output channel and ``j = g·C/G + c`` a total input channel (both contiguous in memory: NHWGC/NHWGK);
+``i(o, t) = o·stride − pad_begin + t·dilation`` per spatial dimension.
+
+* forward: ``Y[n,o,k] = Σ_t Σ_{c<C/G} X[n, i(o,t), g(k)·C/G + c] · W[k, t, c]``.
+  A program owns ``BLOCK_M`` flattened output positions ``(n, od, oh, ow)`` × ``BLOCK_N`` output
+  channels ``k``; it loops over the taps (three nested loops, so bounds checks and row offsets are
+  hoisted per dimension) and over ``c``, accumulating in fp32. Consecutive rows are consecutive
+  ``ow``, so the rows read by neighbouring taps are the same cache lines (L1 reuse).
+* backward_data: ``dX[n,i,j] = Σ_t Σ_{kk<K/G} dY[n, o, g(j)·K/G + kk] · W[g(j)·K/G + kk, t, c(j)]`` over
+  the taps with ``o = (i + pad_begin − t·dilation) / stride`` integral and in range. Input positions
+  are split into residue classes ``r = (i + pad_begin) mod stride`` (grid axis 1); inside a class
+  exactly the taps with ``t·dilation ≡ r (mod stride)`` contribute, to every row alike, so the tap
+  test is a scalar branch and ``o = q0 + j − (t·dilation) // stride`` needs no per-element division.
+  With stride 1 there is one class and nothing is skipped. A program owns ``BLOCK_M`` positions of
+  one class × ``BLOCK_N`` input channels ``j``.
+* backward_weight: ``dW[k,t,c] = Σ_{n,o} dY[n,o,k] · X[n, i(o,t), g(k)·C/G + c]``.
+  A program owns ``BLOCK_N`` output channels, one ``c``, a block of ``TAP_BLOCK`` consecutive taps and
+  one of ``split_k`` contiguous chunks of output lines ``(n, od, oh)``; grid = (channel blocks × C/G ×
+  tap blocks, split_k). Its ``BLOCK_M`` tile rows are ``(tap, line, ow)`` triples: ``TAP_BLOCK`` taps ×
+  ``LINE_BLOCK`` lines × ``ROW_WIDTH`` columns, so one step reads one window of dY and X and serves all
+  taps of the block from it through L1, instead of one program per tap streaming the whole chunk
+  from L2 again for every tap. The fp32 tile is summed per tap once, at the end.
+  :func:`bwd_weight_tiling` picks ``TAP_BLOCK`` by a small cost model (L2 re-reads vs. idle tile
+  rows vs. programs to fill the GPU). With ``split_k > 1``
+  each chunk writes fp32 partials to ``workspace[split]`` and the ``reduce`` program sums them in a
+  fixed order (deterministic, no atomics); with ``split_k = 1`` the program writes dW itself.
+
+Depthwise problems (C/G = K/G = 1) run a separate binary of each kernel (``DEPTHWISE``) whose input
+channel is the output channel itself, so every X, Y, dX and dY access is a contiguous run of
+channels the compiler can vectorise (16-byte loads with ``vec`` = 8). The general binary gathers the
+group's channels instead (scalar loads); both are compiled from the config alone, and ``plan``
+picks one per problem.
+
+``INDEX64`` kernels take 64-bit arguments and form element offsets in 64 bits, but assume that
+every single size (batch, each spatial extent, channel totals) is below 2^31, as any tensor that
+fits in memory has: per-row coordinates are then computed in 32 bits from a 64-bit scalar base,
+which halves the registers the row state needs.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import triton
+import triton.language as tl
+
+from tiledispatch.native.configs import Family, KernelConfig
+from tiledispatch.native.kernels.base import Launch, Program, cdiv, int_type, pointer_type
+from tiledispatch.native.kernels.igemm_fwd import spatial_args
+from tiledispatch.native.problem import ConvProblem, Direction
+
+_SIZE_PARAMS = ("BATCH", "GROUPS", "CG", "KG", "IN_D", "IN_H", "IN_W", "OUT_D", "OUT_H", "OUT_W",
+                "F_D", "F_H", "F_W", "STR_D", "STR_H", "STR_W", "DIL_D", "DIL_H", "DIL_W",
+                "PAD_D", "PAD_H", "PAD_W")
+_BWD_WEIGHT_PARAMS = ("TAP_BLOCK", "LINE_BLOCK", "ROW_WIDTH", "LINES_PER_SPLIT")
+
+#: Backward-weight tiling model (Hopper, H100 SXM / H200). Only the ratios matter: they weigh the
+#: CUDA-core issue time of a tiling against the L2→SM traffic of re-reading dY and X once per tap
+#: block, and penalise grids with fewer programs than 132 SMs × 4 resident CTAs. Uncalibrated
+#: estimates from the SASS of the kernels (≈ 5 instructions per FMA in the inner loop) and
+#: published Hopper figures; a GPU measurement should tune them.
+FILL_PROGRAMS = 4 * 132
+ISSUE_RATE = 132 * 4 * 32 * 1.755e9  # thread instructions per second
+INSTRUCTIONS_PER_FMA = 5.0
+L2_BANDWIDTH = 5.5e12  # bytes per second
+#: Elements per program of the split-K reduction.
+REDUCE_BLOCK = 1024
+
+
+# Gather layout note. The general (non-depthwise) kernels gather each column's group channels and
+# mark the channel indices ``max_contiguous(multiple_of(i, 1))``. Triton picks a load's register
+# layout from the contiguity of its addresses: a gather would get one element per thread with the
+# warp spread over rows, so every element would carry its own row indices, masks and weight.
+# Declaring the indices contiguous gives the gather the layout of the tile's contiguous accesses
+# (8 channels × a few rows per thread); divisibility 1 keeps every load scalar, so the claim can
+# never become a vector load of the wrong addresses. The hint must sit in the kernel body: put on
+# a helper's argument, Triton drops it.
+
+
+@triton.jit
+def _f32(value):
+    """Widen to fp32. bf16 is the top half of an fp32, so one shift or mask per element does it
+    (the generic conversion spends a byte permute and a shift on every other element)."""
+    if value.dtype == tl.bfloat16:
+        return (value.to(tl.int16, bitcast=True).to(tl.int32) << 16).to(tl.float32, bitcast=True)
+    return value.to(tl.float32)
+
+
+@triton.jit
+def _direct_fwd_kernel(
+    x_ptr, w_ptr, y_ptr,
+    BATCH, GROUPS, CG, KG, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W,
+    F_D, F_H, F_W, STR_D, STR_H, STR_W, DIL_D, DIL_H, DIL_W, PAD_D, PAD_H, PAD_W,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DEPTHWISE: tl.constexpr, VEC: tl.constexpr,
+    INDEX64: tl.constexpr,
+):
+    # Products first, in the width of the arguments (64-bit when INDEX64).
+    C_TOTAL = GROUPS * CG
+    K_TOTAL = GROUPS * KG
+    if VEC == 8:  # lets the compiler prove 16-byte alignment of every position's channel run
+        C_TOTAL = (C_TOTAL // 8) * 8
+        K_TOTAL = (K_TOTAL // 8) * 8
+    M = BATCH * OUT_D * OUT_H * OUT_W
+    taps = F_D * F_H * F_W
+    step_w = DIL_W * C_TOTAL  # element distance between neighbouring taps, per dimension
+    step_h = DIL_H * IN_W * C_TOTAL
+    step_d = DIL_D * IN_H * IN_W * C_TOTAL
+
+    # Channel blocks vary fastest: the programs in flight cover few positions, whose halo rows
+    # the neighbouring position blocks then find in L2.
+    pid = tl.program_id(0)
+    if INDEX64:
+        pid = pid.to(tl.int64)
+    num_n = tl.cdiv(K_TOTAL, BLOCK_N)
+    pid_n = pid % num_n
+    pid_m = pid // num_n
+    row0 = pid_m * BLOCK_M
+    # The block's first position is decomposed in scalars; its rows are offsets from it.
+    s_ow = row0 % OUT_W
+    s_t = row0 // OUT_W
+    s_oh = s_t % OUT_H
+    s_t = s_t // OUT_H
+    s_od = s_t % OUT_D
+    s_nb = s_t // OUT_D
+    rows_left = tl.minimum(M - row0, BLOCK_M)
+    if INDEX64:  # every single size is < 2^31: per-row arithmetic stays 32-bit, offsets widen
+        s_ow, s_oh, s_od, s_nb = s_ow.to(tl.int32), s_oh.to(tl.int32), s_od.to(tl.int32), s_nb.to(tl.int32)
+        rows_left, pid_n = rows_left.to(tl.int32), pid_n.to(tl.int32)
+        IN_D, IN_H, IN_W = IN_D.to(tl.int32), IN_H.to(tl.int32), IN_W.to(tl.int32)
+        OUT_D, OUT_H, OUT_W = OUT_D.to(tl.int32), OUT_H.to(tl.int32), OUT_W.to(tl.int32)
+        F_D, F_H, F_W = F_D.to(tl.int32), F_H.to(tl.int32), F_W.to(tl.int32)
+        STR_D, STR_H, STR_W = STR_D.to(tl.int32), STR_H.to(tl.int32), STR_W.to(tl.int32)
+        DIL_D, DIL_H, DIL_W = DIL_D.to(tl.int32), DIL_H.to(tl.int32), DIL_W.to(tl.int32)
+        PAD_D, PAD_H, PAD_W = PAD_D.to(tl.int32), PAD_H.to(tl.int32), PAD_W.to(tl.int32)
+        CG, KG = CG.to(tl.int32), KG.to(tl.int32)
+
+    r = tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = r < rows_left
+    col_ok = cols < K_TOTAL
+    # Decomposed once per program; the tap loops below only add and compare.
+    w_lin = s_ow + r
+    ow = w_lin % OUT_W
+    h_lin = s_oh + w_lin // OUT_W
+    oh = h_lin % OUT_H
+    d_lin = s_od + h_lin // OUT_H
+    od = d_lin % OUT_D
+    nb = s_nb + d_lin // OUT_D
+    base_w = ow * STR_W - PAD_W
+    base_h = oh * STR_H - PAD_H
+    base_d = tl.where(row_ok, od * STR_D - PAD_D, IN_D)  # rows past M fail the depth test
+    if INDEX64:
+        nb = nb.to(tl.int64)
+    # Offsets of tap (0, 0, 0); a tap adds a scalar, so every row keeps one offset for all taps.
+    # Loads take ``ptr + (offsets + scalar)``: with the integer sum inside, the compiler cannot hoist
+    # a 64-bit address per element out of the loops (it would double the registers per element).
+    x_base = (((nb * IN_D + base_d) * IN_H + base_h) * IN_W + base_w) * C_TOTAL
+    # Weight columns past the last channel read the last channel's weights instead of being
+    # masked: their results are never stored, and unmasked loads need no zero fill.
+    w_col = tl.minimum(cols, K_TOTAL - 1)
+    if DEPTHWISE:
+        x_off = x_base[:, None] + cols[None, :]  # input channel == output channel: contiguous
+        w_off = w_col * taps                     # W[k, tap] (C/G = 1)
+    else:
+        x_ch = (cols // KG) * CG  # first input channel of each column's group
+        x_ch = tl.max_contiguous(tl.multiple_of(x_ch, [1]), [BLOCK_N])  # see the gather layout note
+        x_off = x_base[:, None] + x_ch[None, :]
+        w_off = w_col * (taps * CG)
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for td in tl.range(0, F_D):
+        i_d = base_d + td * DIL_D
+        ok_d = (i_d >= 0) & (i_d < IN_D)
+        for th in tl.range(0, F_H):
+            i_h = base_h + th * DIL_H
+            ok_dh = ok_d & (i_h >= 0) & (i_h < IN_H)
+            x_dh = td * step_d + th * step_h
+            for tw in tl.range(0, F_W):
+                i_w = base_w + tw * DIL_W
+                ok = ok_dh & (i_w >= 0) & (i_w < IN_W)
+                mask = ok[:, None] & col_ok[None, :]
+                tap = (td * F_H + th) * F_W + tw
+                x_tap = x_dh + tw * step_w
+                if DEPTHWISE:
+                    xv = tl.load(x_ptr + (x_off + x_tap), mask=mask, other=0.0)
+                    wv = tl.load(w_ptr + (w_off + tap))
+                    acc += _f32(xv) * _f32(wv)[None, :]
+                else:
+                    w_tap = tap * CG
+                    for c in tl.range(0, CG):
+                        xv = tl.load(x_ptr + (x_off + (x_tap + c)), mask=mask, other=0.0)
+                        wv = tl.load(w_ptr + (w_off + (w_tap + c)))
+                        acc += _f32(xv) * _f32(wv)[None, :]
+
+    # Rows recomputed rather than reusing row_ok: nothing per row stays live across the tap loops.
+    rows = row0 + r
+    y_off = (rows * K_TOTAL)[:, None] + cols[None, :]
+    tl.store(y_ptr + y_off, acc.to(y_ptr.dtype.element_ty), mask=(rows < M)[:, None] & col_ok[None, :])
+
+
+@triton.jit
+def _direct_bwd_data_kernel(
+    dy_ptr, w_ptr, dx_ptr,
+    BATCH, GROUPS, CG, KG, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W,
+    F_D, F_H, F_W, STR_D, STR_H, STR_W, DIL_D, DIL_H, DIL_W, PAD_D, PAD_H, PAD_W,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DEPTHWISE: tl.constexpr, VEC: tl.constexpr,
+    INDEX64: tl.constexpr,
+):
+    C_TOTAL = GROUPS * CG
+    K_TOTAL = GROUPS * KG
+    if VEC == 8:
+        C_TOTAL = (C_TOTAL // 8) * 8
+        K_TOTAL = (K_TOTAL // 8) * 8
+    taps = F_D * F_H * F_W
+    # Every class is tiled as if it had the largest class's extent; the excess rows are masked.
+    cnt_w = tl.cdiv(IN_W, STR_W)
+    cnt_h = tl.cdiv(IN_H, STR_H)
+    cnt_d = tl.cdiv(IN_D, STR_D)
+    M = BATCH * cnt_d * cnt_h * cnt_w
+
+    pid = tl.program_id(0)
+    if INDEX64:
+        pid = pid.to(tl.int64)
+    num_n = tl.cdiv(C_TOTAL, BLOCK_N)
+    pid_n = pid % num_n
+    pid_m = pid // num_n
+    row0 = pid_m * BLOCK_M
+    s_jw = row0 % cnt_w
+    s_t = row0 // cnt_w
+    s_jh = s_t % cnt_h
+    s_t = s_t // cnt_h
+    s_jd = s_t % cnt_d
+    s_nb = s_t // cnt_d
+    rows_left = tl.minimum(M - row0, BLOCK_M)
+    if INDEX64:  # every single size is < 2^31: per-row arithmetic stays 32-bit, offsets widen
+        s_jw, s_jh, s_jd, s_nb = s_jw.to(tl.int32), s_jh.to(tl.int32), s_jd.to(tl.int32), s_nb.to(tl.int32)
+        rows_left, pid_n = rows_left.to(tl.int32), pid_n.to(tl.int32)
+        cnt_w, cnt_h, cnt_d = cnt_w.to(tl.int32), cnt_h.to(tl.int32), cnt_d.to(tl.int32)
+        IN_D, IN_H, IN_W = IN_D.to(tl.int32), IN_H.to(tl.int32), IN_W.to(tl.int32)
+        OUT_D, OUT_H, OUT_W = OUT_D.to(tl.int32), OUT_H.to(tl.int32), OUT_W.to(tl.int32)
+        F_D, F_H, F_W = F_D.to(tl.int32), F_H.to(tl.int32), F_W.to(tl.int32)
+        STR_D, STR_H, STR_W = STR_D.to(tl.int32), STR_H.to(tl.int32), STR_W.to(tl.int32)
+        DIL_D, DIL_H, DIL_W = DIL_D.to(tl.int32), DIL_H.to(tl.int32), DIL_W.to(tl.int32)
+        PAD_D, PAD_H, PAD_W = PAD_D.to(tl.int32), PAD_H.to(tl.int32), PAD_W.to(tl.int32)
+        CG, KG = CG.to(tl.int32), KG.to(tl.int32)
+
+    # Residue class of this program: (i + pad) ≡ r (mod stride) per dimension. first = the
+    # smallest input index of the class, q0 = (first + pad − r) / stride ≥ 0; all non-negative,
+    # so truncating division is exact.
+    cls = tl.program_id(1)
+    r_w = cls % STR_W
+    r_h = (cls // STR_W) % STR_H
+    r_d = cls // (STR_W * STR_H)
+    first_w = (r_w + STR_W - PAD_W % STR_W) % STR_W
+    first_h = (r_h + STR_H - PAD_H % STR_H) % STR_H
+    first_d = (r_d + STR_D - PAD_D % STR_D) % STR_D
+
+    r = tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < C_TOTAL
+    w_lin = s_jw + r
+    jw = w_lin % cnt_w
+    h_lin = s_jh + w_lin // cnt_w
+    jh = h_lin % cnt_h
+    d_lin = s_jd + h_lin // cnt_h
+    jd = d_lin % cnt_d
+    nb = s_nb + d_lin // cnt_d
+    i_w = first_w + jw * STR_W
+    i_h = first_h + jh * STR_H
+    i_d = first_d + jd * STR_D
+    row_ok = (r < rows_left) & (i_w < IN_W) & (i_h < IN_H) & (i_d < IN_D)
+    # o = q − a(tap) with q = q0 + j and a = tap·dilation // stride for the taps of this class.
+    q_w = (first_w + PAD_W - r_w) // STR_W + jw
+    q_h = (first_h + PAD_H - r_h) // STR_H + jh
+    q_d = tl.where(row_ok, (first_d + PAD_D - r_d) // STR_D + jd, -1)  # masked rows fail o_d >= 0
+    if INDEX64:
+        nb = nb.to(tl.int64)
+    # Computed now so that the input coordinates are dead during the tap loops.
+    dx_off = ((((nb * IN_D + i_d) * IN_H + i_h) * IN_W + i_w) * C_TOTAL)[:, None] + cols[None, :]
+    # dY offsets of a = (0, 0, 0); each tap subtracts a scalar (loads as in the forward kernel).
+    y_base = (((nb * OUT_D + q_d) * OUT_H + q_h) * OUT_W + q_w) * K_TOTAL
+    # Weight columns past the last channel read the last channel's weights instead of being
+    # masked: their results are never stored, and unmasked loads need no zero fill.
+    w_col = tl.minimum(cols, C_TOTAL - 1)
+    if DEPTHWISE:
+        dy_off = y_base[:, None] + cols[None, :]
+        w_off = w_col * taps  # W[j, tap] (K/G = C/G = 1)
+    else:
+        grp = cols // CG
+        dy_ch = grp * KG  # first dY channel of each column's group
+        dy_ch = tl.max_contiguous(tl.multiple_of(dy_ch, [1]), [BLOCK_N])  # see the gather layout note
+        dy_off = y_base[:, None] + dy_ch[None, :]
+        w_grp = w_col // CG
+        w_off = (w_grp * KG * taps) * CG + (w_col - w_grp * CG)  # W[g·K/G, 0, tap 0, c]
+    kk_step = taps * CG  # element distance between W[g, kk] and W[g, kk + 1]
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for td in tl.range(0, F_D):
+        if (td * DIL_D) % STR_D == r_d:  # scalar: the same for every row of the class
+            a_d = (td * DIL_D) // STR_D
+            o_d = q_d - a_d
+            ok_d = (o_d >= 0) & (o_d < OUT_D)
+            for th in tl.range(0, F_H):
+                if (th * DIL_H) % STR_H == r_h:
+                    a_h = (th * DIL_H) // STR_H
+                    o_h = q_h - a_h
+                    ok_dh = ok_d & (o_h >= 0) & (o_h < OUT_H)
+                    for tw in tl.range(0, F_W):
+                        if (tw * DIL_W) % STR_W == r_w:
+                            a_w = (tw * DIL_W) // STR_W
+                            o_w = q_w - a_w
+                            ok = ok_dh & (o_w >= 0) & (o_w < OUT_W)
+                            mask = ok[:, None] & col_ok[None, :]
+                            tap = (td * F_H + th) * F_W + tw
+                            dy_tap = -((a_d * OUT_H + a_h) * OUT_W + a_w) * K_TOTAL
+                            if DEPTHWISE:
+                                dyv = tl.load(dy_ptr + (dy_off + dy_tap), mask=mask, other=0.0)
+                                wv = tl.load(w_ptr + (w_off + tap))
+                                acc += _f32(dyv) * _f32(wv)[None, :]
+                            else:
+                                w_tap = tap * CG
+                                for kk in tl.range(0, KG):
+                                    dyv = tl.load(dy_ptr + (dy_off + (dy_tap + kk)), mask=mask, other=0.0)
+                                    wv = tl.load(w_ptr + (w_off + (w_tap + kk * kk_step)))
+                                    acc += _f32(dyv) * _f32(wv)[None, :]
+
+    tl.store(dx_ptr + dx_off, acc.to(dx_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
+
+
+@triton.jit
+def _direct_bwd_weight_kernel(
+    x_ptr, dy_ptr, out_ptr,
+    BATCH, GROUPS, CG, KG, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W,
+    F_D, F_H, F_W, STR_D, STR_H, STR_W, DIL_D, DIL_H, DIL_W, PAD_D, PAD_H, PAD_W,
+    TAP_BLOCK, LINE_BLOCK, ROW_WIDTH, LINES_PER_SPLIT,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr, DEPTHWISE: tl.constexpr,
+    VEC: tl.constexpr, INDEX64: tl.constexpr,
+):
+    C_TOTAL = GROUPS * CG
+    K_TOTAL = GROUPS * KG
+    if VEC == 8:
+        C_TOTAL = (C_TOTAL // 8) * 8
+        K_TOTAL = (K_TOTAL // 8) * 8
+    taps = F_D * F_H * F_W
+    weight_elements = K_TOTAL * taps * CG
+    lines = BATCH * OUT_D * OUT_H
+    split = tl.program_id(1)
+    line_begin = split * LINES_PER_SPLIT
+    line_end = tl.minimum(line_begin + LINES_PER_SPLIT, lines)
+    # The step's first line (n0, od0, oh0) is tracked in scalars; a row's line lies lb lines on.
+    oh0 = line_begin % OUT_H
+    od0 = (line_begin // OUT_H) % OUT_D
+    nb0 = line_begin // (OUT_H * OUT_D)
+    if INDEX64:  # every single size is < 2^31: per-row arithmetic stays 32-bit, offsets widen
+        oh0, od0, nb0 = oh0.to(tl.int32), od0.to(tl.int32), nb0.to(tl.int32)
+        TAP_BLOCK, LINE_BLOCK, ROW_WIDTH = TAP_BLOCK.to(tl.int32), LINE_BLOCK.to(tl.int32), ROW_WIDTH.to(tl.int32)
+        IN_D, IN_H, IN_W = IN_D.to(tl.int32), IN_H.to(tl.int32), IN_W.to(tl.int32)
+        OUT_D, OUT_H, OUT_W = OUT_D.to(tl.int32), OUT_H.to(tl.int32), OUT_W.to(tl.int32)
+        F_D, F_H, F_W = F_D.to(tl.int32), F_H.to(tl.int32), F_W.to(tl.int32)
+        STR_D, STR_H, STR_W = STR_D.to(tl.int32), STR_H.to(tl.int32), STR_W.to(tl.int32)
+        DIL_D, DIL_H, DIL_W = DIL_D.to(tl.int32), DIL_H.to(tl.int32), DIL_W.to(tl.int32)
+        PAD_D, PAD_H, PAD_W = PAD_D.to(tl.int32), PAD_H.to(tl.int32), PAD_W.to(tl.int32)
+        CG, KG = CG.to(tl.int32), KG.to(tl.int32)
+
+    # Axis 0: (channel block, c, tap block) with the tap block fastest, so the programs that read
+    # the same dY window run together; axis 1: the split, i.e. the chunk of output lines.
+    pid = tl.program_id(0)
+    num_tb = tl.cdiv(F_D * F_H * F_W, TAP_BLOCK)
+    pid_tb = pid % num_tb
+    rest = pid // num_tb
+    c = rest % CG
+    pid_n = rest // CG
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < K_TOTAL
+    if DEPTHWISE:
+        x_cols = cols
+    else:
+        x_cols = (cols // KG) * CG + c
+        x_cols = tl.max_contiguous(tl.multiple_of(x_cols, [1]), [BLOCK_N])  # see the gather layout note
+
+    # Tile row r = (tap_local, line_local, column), decomposed once per program.
+    r = tl.arange(0, BLOCK_M)
+    step = LINE_BLOCK * ROW_WIDTH
+    tap_local = r // step
+    p = r - tap_local * step
+    lb = p // ROW_WIDTH
+    wb = p - lb * ROW_WIDTH
+    tap = pid_tb * TAP_BLOCK + tap_local
+    tap_ok = (tap_local < TAP_BLOCK) & (tap < F_D * F_H * F_W)
+    tw = tap % F_W
+    t = tap // F_W
+    th = t % F_H
+    td = t // F_H
+    off_h = th * DIL_H - PAD_H
+    off_d = tl.where(tap_ok, td * DIL_D - PAD_D, IN_D)  # rows past the tap block fail the depth test
+    w_first = wb * STR_W + tw * DIL_W - PAD_W  # input column of a line's first step
+    ow_step = ROW_WIDTH * STR_W
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for line0 in tl.range(line_begin, line_end, LINE_BLOCK):
+        # plan keeps LINE_BLOCK ≤ OUT_H, so lb carries into od (and od into n) at most once.
+        oh = oh0 + lb
+        carry = oh >= OUT_H
+        oh = tl.where(carry, oh - OUT_H, oh)
+        od = od0 + carry.to(od0.dtype)
+        carry = od >= OUT_D
+        od = tl.where(carry, od - OUT_D, od)
+        nb = nb0 + carry.to(nb0.dtype)
+        i_h = oh * STR_H + off_h
+        i_d = od * STR_D + off_d
+        lines_left = tl.minimum(line_end - line0, LINE_BLOCK).to(lb.dtype)
+        ok_line = (lb < lines_left) & (i_h >= 0) & (i_h < IN_H) & (i_d >= 0) & (i_d < IN_D)
+        if INDEX64:
+            nb = nb.to(tl.int64)
+        # Offsets of the line's first step; each step adds a scalar (loads as in the forward kernel).
+        x_off = ((((nb * IN_D + i_d) * IN_H + i_h) * IN_W + w_first) * C_TOTAL)[:, None] + x_cols[None, :]
+        dy_off = ((line0 * OUT_W + (lb * OUT_W + wb)) * K_TOTAL)[:, None] + cols[None, :]
+        ow = wb
+        i_w = w_first
+        x_step = 0
+        dy_step = 0
+        for _ow0 in tl.range(0, OUT_W, ROW_WIDTH):
+            ok = ok_line & (ow < OUT_W) & (i_w >= 0) & (i_w < IN_W)
+            mask = ok[:, None] & col_ok[None, :]  # dY too: a zero X term contributes nothing
+            dyv = tl.load(dy_ptr + (dy_off + dy_step), mask=mask, other=0.0)
+            xv = tl.load(x_ptr + (x_off + x_step), mask=mask, other=0.0)
+            acc += _f32(dyv) * _f32(xv)
+            ow += ROW_WIDTH
+            i_w += ow_step
+            dy_step += ROW_WIDTH * K_TOTAL
+            x_step += ow_step * C_TOTAL
+        oh0 += LINE_BLOCK
+        step_carry = (oh0 >= OUT_H).to(oh0.dtype)
+        oh0 -= step_carry * OUT_H
+        od0 += step_carry
+        step_carry = (od0 >= OUT_D).to(od0.dtype)
+        od0 -= step_carry * OUT_D
+        nb0 += step_carry
+
+    # dW[k, tap, c] at (k·taps + tap)·C/G + c; split-K partials go to workspace[split] in the
+    # same layout (64-bit split offset: split_k × weight elements may pass 2^31).
+    out_ptrs = out_ptr + split.to(tl.int64) * weight_elements + (cols * (taps * CG) + c)
+    # A tap's rows are spread over the tile, so its sum is a masked reduction; it runs once per
+    # program, after the whole chunk.
+    for tb in tl.range(0, TAP_BLOCK):
+        tap_out = pid_tb * TAP_BLOCK + tb
+        value = tl.sum(tl.where((tap_local == tb)[:, None], acc, 0.0), axis=0)
+        tl.store(out_ptrs + tap_out * CG, value.to(out_ptr.dtype.element_ty), mask=col_ok & (tap_out < taps))
+
+
+@triton.jit
+def _direct_splitk_reduce_kernel(ws_ptr, dw_ptr, ELEMENTS, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr,
+                                 INDEX64: tl.constexpr):
+    pid = tl.program_id(0)
+    if INDEX64:
+        pid = pid.to(tl.int64)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < ELEMENTS
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    # Advancing the pointer keeps split × ELEMENTS (which may pass 2^31) out of integer math.
+    ws_ptrs = ws_ptr + offs
+    for _ in tl.range(0, SPLIT_K):  # fixed order: the result is bitwise reproducible
+        acc += tl.load(ws_ptrs, mask=ok, other=0.0)
+        ws_ptrs += ELEMENTS
+    tl.store(dw_ptr + offs, acc.to(dw_ptr.dtype.element_ty), mask=ok)
+
+
+def _row_tiling(tap_block: int, block_m: int, out_h: int, out_w: int) -> tuple[int, int, float]:
+    """(LINE_BLOCK, ROW_WIDTH, fraction of tile rows doing useful work) for a tap block."""
+    positions = block_m // tap_block
+    if positions >= out_w:
+        line_block = max(1, min(positions // out_w, out_h))  # ≤ OUT_H: the kernel's single carry
+        return line_block, out_w, tap_block * line_block * out_w / block_m
+    steps = cdiv(out_w, positions)
+    row_width = cdiv(out_w, steps)  # the same number of steps, spread evenly over the line
+    return 1, row_width, tap_block * out_w / (steps * block_m)
+
+
+@lru_cache(maxsize=4096)
+def bwd_weight_tiling(problem: ConvProblem, config: KernelConfig) -> tuple[int, int, int, int]:
+    """(TAP_BLOCK, LINE_BLOCK, ROW_WIDTH, LINES_PER_SPLIT) for the backward-weight kernel.
+
+    A tap block of TB taps serves TB taps from every dY/X window it reads, so the chunk is
+    streamed from L2 ``taps / TB`` times; larger blocks leave fewer programs and may leave tile
+    rows idle. Candidates are the filter's own groupings (all taps, one plane, one row, one tap)
+    and the blocks that split an output line into equal steps; the pick minimises
+    ``max(issue time / useful fraction, L2 time) / min(1, programs / FILL_PROGRAMS)``.
+    """
+    taps = problem.filter_taps
+    out_h, out_w = problem.output_size[-2], problem.output_size[-1]
+    block_m = config.block_m
+    fixed = cdiv(problem.out_channels, config.block_n) * problem.c_per_group * config.split_k
+    fmas = problem.batch * _prod(problem.output_size) * problem.out_channels * problem.c_per_group * taps
+    streamed = (problem.output_elements + problem.input_elements) * problem.dtype.itemsize
+    candidates = {taps, problem.filter_size[-1] * problem.filter_size[-2], problem.filter_size[-1], 1}
+    candidates.update(block_m // cdiv(out_w, steps) for steps in range(1, 9))
+    best = None
+    for tap_block in sorted(tb for tb in candidates if 1 <= tb <= min(taps, block_m)):
+        line_block, row_width, useful = _row_tiling(tap_block, block_m, out_h, out_w)
+        blocks = cdiv(taps, tap_block)
+        useful *= taps / (blocks * tap_block)
+        issue = fmas * INSTRUCTIONS_PER_FMA / ISSUE_RATE / useful
+        l2 = blocks * streamed / L2_BANDWIDTH
+        cost = max(issue, l2) / min(1.0, fixed * blocks / FILL_PROGRAMS)
+        if best is None or cost <= best[0]:  # ties go to the larger block
+            best = (cost, tap_block, line_block, row_width)
+    _, tap_block, line_block, row_width = best
+    lines = problem.batch * _prod(problem.output_size[:-1])
+    return tap_block, line_block, row_width, cdiv(lines, config.split_k)
+
+
+def _is_depthwise(problem: ConvProblem) -> bool:
+    return problem.c_per_group == 1 and problem.k_per_group == 1
+
+
+def _size_args(problem: ConvProblem) -> tuple[int, ...]:
+    return (problem.batch, problem.groups, problem.c_per_group, problem.k_per_group, *spatial_args(problem))
+
+
+def _prod(values) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
+
+
+def _two_programs(fn, config: KernelConfig, types: dict[str, str], constexprs: dict) -> dict[str, Program]:
+    """The general binary ("main") and the depthwise one, same config, same parameters."""
+    return {
+        "main": Program(fn, {**constexprs, "DEPTHWISE": False}, types, config.num_warps, config.num_stages),
+        "depthwise": Program(fn, {**constexprs, "DEPTHWISE": True}, types, config.num_warps, config.num_stages),
+    }
+
+
+class DirectForward:
+    direction = Direction.FORWARD
+    families = frozenset({Family.DIRECT})
+
+    def programs(self, config: KernelConfig) -> dict[str, Program]:
+        ptr = pointer_type(config.dtype)
+        ints = int_type(config)
+        types = {"x_ptr": ptr, "w_ptr": ptr, "y_ptr": ptr, **{name: ints for name in _SIZE_PARAMS}}
+        constexprs = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "VEC": config.vec,
+                      "INDEX64": config.index64}
+        return _two_programs(_direct_fwd_kernel, config, types, constexprs)
+
+    def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
+        return 0
+
+    def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
+        m = problem.batch * _prod(problem.output_size)
+        grid = (cdiv(m, config.block_m) * cdiv(problem.out_channels, config.block_n), 1, 1)
+        program = "depthwise" if _is_depthwise(problem) else "main"
+        return [Launch(program, grid, (first, second, out, *_size_args(problem)))]
+
+
+class DirectBackwardData:
+    direction = Direction.BACKWARD_DATA
+    families = frozenset({Family.DIRECT})
+
+    def programs(self, config: KernelConfig) -> dict[str, Program]:
+        ptr = pointer_type(config.dtype)
+        ints = int_type(config)
+        types = {"dy_ptr": ptr, "w_ptr": ptr, "dx_ptr": ptr, **{name: ints for name in _SIZE_PARAMS}}
+        constexprs = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "VEC": config.vec,
+                      "INDEX64": config.index64}
+        return _two_programs(_direct_bwd_data_kernel, config, types, constexprs)
+
+    def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
+        return 0
+
+    def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
+        # Positions per residue class (the largest class; smaller ones are masked).
+        per_class = problem.batch * _prod(cdiv(i, s) for i, s in zip(problem.input_size, problem.stride))
+        grid = (cdiv(per_class, config.block_m) * cdiv(problem.in_channels, config.block_n),
+                _prod(problem.stride), 1)
+        program = "depthwise" if _is_depthwise(problem) else "main"
+        return [Launch(program, grid, (first, second, out, *_size_args(problem)))]
+
+
+class DirectBackwardWeight:
+    direction = Direction.BACKWARD_WEIGHT
+    families = frozenset({Family.DIRECT})
+
+    def programs(self, config: KernelConfig) -> dict[str, Program]:
+        ptr = pointer_type(config.dtype)
+        ints = int_type(config)
+        out_type = "*fp32" if config.split_k > 1 else ptr
+        types = {"x_ptr": ptr, "dy_ptr": ptr, "out_ptr": out_type,
+                 **{name: ints for name in _SIZE_PARAMS + _BWD_WEIGHT_PARAMS}}
+        constexprs = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "SPLIT_K": config.split_k,
+                      "VEC": config.vec, "INDEX64": config.index64}
+        programs = _two_programs(_direct_bwd_weight_kernel, config, types, constexprs)
+        if config.split_k > 1:
+            programs["reduce"] = Program(
+                _direct_splitk_reduce_kernel,
+                {"SPLIT_K": config.split_k, "BLOCK": REDUCE_BLOCK, "INDEX64": config.index64},
+                {"ws_ptr": "*fp32", "dw_ptr": ptr, "ELEMENTS": ints}, 4, 1)
+        return programs
+
+    def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
+        return problem.weight_elements * config.split_k if config.split_k > 1 else 0
+
+    @staticmethod
+    def tiling(problem: ConvProblem, config: KernelConfig) -> tuple[int, int, int, int]:
+        """(TAP_BLOCK, LINE_BLOCK, ROW_WIDTH, LINES_PER_SPLIT) for a problem; see :func:`bwd_weight_tiling`."""
+        return bwd_weight_tiling(problem, config)
+
+    def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
+        tap_block, line_block, row_width, lines_per_split = self.tiling(problem, config)
+        taps = problem.filter_taps
+        axis0 = cdiv(problem.out_channels, config.block_n) * problem.c_per_group * cdiv(taps, tap_block)
+        program = "depthwise" if _is_depthwise(problem) else "main"
+        target = workspace if config.split_k > 1 else out
+        launches = [Launch(program, (axis0, config.split_k, 1),
+                           (first, second, target, *_size_args(problem),
+                            tap_block, line_block, row_width, lines_per_split))]
+        if config.split_k > 1:
+            elements = problem.weight_elements
+            launches.append(Launch("reduce", (cdiv(elements, REDUCE_BLOCK), 1, 1), (workspace, out, elements)))
+        return launches

@@ -1,0 +1,256 @@
+"""Backward-weight convolution on tensor cores: implicit GEMM (igemm), group-merged (gmerge) and 1×1 (gemm1x1).
+
+``dW[g, k, tap, c] = Σ_n Σ_o dY[n, o, g, k] · X[n, o·stride − pad_begin + tap·dilation, g, c]``.
+
+GEMM mapping, per filter tap and per block of ``MERGE`` consecutive groups starting at ``g0``
+(``MERGE`` = 1 except gmerge):
+
+* rows ``m`` (GEMM M = MERGE·K/G): output channel ``g0·K/G + m``, of merged group ``m // (K/G)``;
+* columns ``j`` (GEMM N = prod(filter)·MERGE·C/G): a CTA's N-tile stays inside one tap; column ``j``
+  of the tap is input channel ``g0·C/G + j``, of merged group ``j // (C/G)``;
+* reduction (GEMM K = N·prod(out)): output positions ``p = (n, od, oh, ow)`` in BLOCK_K steps.
+
+``A = dY^T`` tile ``[BLOCK_M (k), BLOCK_K (p)]`` (contiguous along k), ``B = X`` tile at the
+tap-shifted positions ``[BLOCK_K (p), BLOCK_N (c)]`` (contiguous along c). With gmerge the product
+also forms cross-group terms (``m // (K/G) != j // (C/G)``); only the block-diagonal entries are
+stored, so merged groups never mix. Because NHWGC/NHWGK keep the channels of consecutive groups
+adjacent, the merged channel runs are contiguous.
+
+The reduction loop does no division: a block's positions ``p0 + lane`` are formed in mixed radix
+``(n, od, oh, ow)`` by adding the lanes' digits (loop-invariant vectors, computed once) to the
+block start's digits (loop-carried scalars, advanced by the digits of BLOCK_K), with one
+conditional carry per digit.
+
+split_k > 1: the reduction is split into ``split_k`` contiguous ranges of BLOCK_K blocks (grid axis
+2); each program writes fp32 partials to a workspace ``[split_k, weight elements]`` (GKYXC order),
+and the ``reduce`` program sums the partials in a fixed order (deterministic, no atomics) and casts
+to the output dtype. With split_k = 1 the main program stores dW directly.
+
+gemm1x1 (1×1 filter, stride 1, no padding) is the plain GEMM ``dW = dY^T · X`` over N·prod(in)
+positions. 2D problems run as 3D with depth 1.
+Grid: axis 0 = (m, tap × n) tiles (GROUP_M-swizzled), axis 1 = group block, axis 2 = split.
+"""
+
+from __future__ import annotations
+
+import math
+
+import triton
+import triton.language as tl
+
+from tiledispatch.native.configs import Family, KernelConfig
+from tiledispatch.native.kernels.base import Launch, Program, cdiv, int_type, pointer_type
+from tiledispatch.native.kernels.igemm_fwd import spatial_args
+from tiledispatch.native.problem import ConvProblem, Direction, DType
+
+_SIZE_PARAMS = ("BATCH", "GROUPS", "CG", "KG", "IN_D", "IN_H", "IN_W", "OUT_D", "OUT_H", "OUT_W",
+                "F_D", "F_H", "F_W", "STR_D", "STR_H", "STR_W", "DIL_D", "DIL_H", "DIL_W",
+                "PAD_D", "PAD_H", "PAD_W")
+
+#: Elements per program of the split-K reduction.
+REDUCE_BLOCK = 1024
+REDUCE_WARPS = 4
+
+
+@triton.jit
+def _igemm_bwd_weight_kernel(
+    x_ptr, dy_ptr, out_ptr,
+    BATCH, GROUPS, CG, KG, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W,
+    F_D, F_H, F_W, STR_D, STR_H, STR_W, DIL_D, DIL_H, DIL_W, PAD_D, PAD_H, PAD_W,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    MERGE: tl.constexpr, IS_1X1: tl.constexpr, SPLIT_K: tl.constexpr, VEC: tl.constexpr,
+    INDEX64: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    if VEC == 8:  # lets the compiler prove 16-byte alignment of channel runs
+        CG = (CG // 8) * 8
+        KG = (KG // 8) * 8
+    C_TOTAL = GROUPS * CG
+    K_TOTAL = GROUPS * KG
+    GK = MERGE * KG  # merged output channels: GEMM M
+    GC = MERGE * CG  # merged input channels per tap
+    taps = F_D * F_H * F_W
+    P = BATCH * OUT_D * OUT_H * OUT_W  # reduction length
+
+    # Grouped (swizzled) ordering of the (m, tap × n) tiles for L2 reuse of the operand tiles.
+    pid = tl.program_id(0)
+    group_block = tl.program_id(1)
+    split = tl.program_id(2)
+    num_pid_m = tl.cdiv(GK, BLOCK_M)
+    c_tiles = tl.cdiv(GC, BLOCK_N)
+    num_pid_n = taps * c_tiles
+    pids_in_group = GROUP_M * num_pid_n
+    first_m = (pid // pids_in_group) * GROUP_M
+    group_rows = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % pids_in_group) % group_rows
+    pid_n = (pid % pids_in_group) // group_rows
+    tap = pid_n // c_tiles
+    pid_c = pid_n % c_tiles
+    g0 = group_block * MERGE
+
+    ks = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cs = pid_c * BLOCK_N + tl.arange(0, BLOCK_N)
+    k_ok = (ks < GK) & (g0 * KG + ks < K_TOTAL)
+    c_ok = (cs < GC) & (g0 * CG + cs < C_TOTAL)
+
+    # This split's contiguous range of reduction blocks.
+    n_blocks = tl.cdiv(P, BLOCK_K)
+    per_split = tl.cdiv(n_blocks, SPLIT_K)
+    kb_begin = split * per_split
+    kb_end = tl.minimum(kb_begin + per_split, n_blocks)
+    lane = tl.arange(0, BLOCK_K)
+    if INDEX64:
+        lane = lane.to(tl.int64)
+    dy_col = g0 * KG + ks
+    x_col = g0 * CG + cs
+
+    if IS_1X1:
+        x_lane = lane * C_TOTAL
+    else:
+        tw = tap % F_W
+        th = (tap // F_W) % F_H
+        td = tap // (F_W * F_H)
+        shift_d = td * DIL_D - PAD_D
+        shift_h = th * DIL_H - PAD_H
+        shift_w = tw * DIL_W - PAD_W
+        # Positions p0 + lane in mixed radix (n, od, oh, ow): the lanes' digits are loop-invariant
+        # vectors, the block start's digits loop-carried scalars advanced by the digits of BLOCK_K,
+        # so the loop adds digits with one conditional carry each and never divides per element.
+        lw = lane % OUT_W
+        t = lane // OUT_W
+        lh = t % OUT_H
+        t = t // OUT_H
+        ld = t % OUT_D
+        ln = t // OUT_D
+        p_begin = kb_begin * BLOCK_K
+        if INDEX64:
+            p_begin = p_begin.to(tl.int64)
+        ow0 = p_begin % OUT_W  # digits of the current block's start (scalars, loop-carried)
+        t0 = p_begin // OUT_W
+        oh0 = t0 % OUT_H
+        t0 = t0 // OUT_H
+        od0 = t0 % OUT_D
+        n0 = t0 // OUT_D
+        step_w = BLOCK_K % OUT_W
+        s = BLOCK_K // OUT_W
+        step_h = s % OUT_H
+        s = s // OUT_H
+        step_d = s % OUT_D
+        step_n = s // OUT_D
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kb in tl.range(kb_begin, kb_end):
+        p0 = kb * BLOCK_K  # first position of this block
+        if INDEX64:
+            p0 = p0.to(tl.int64)
+        p_ok = lane < P - p0
+        a_ptrs = dy_ptr + (dy_col[:, None] + ((p0 + lane) * K_TOTAL)[None, :])
+        a = tl.load(a_ptrs, mask=k_ok[:, None] & p_ok[None, :], other=0.0)
+        if IS_1X1:
+            x_row = p0 * C_TOTAL + x_lane
+            x_ok = p_ok
+        else:
+            ow = ow0 + lw
+            carry = ow >= OUT_W
+            ow = tl.where(carry, ow - OUT_W, ow)
+            oh = oh0 + lh + carry.to(lh.dtype)
+            carry = oh >= OUT_H
+            oh = tl.where(carry, oh - OUT_H, oh)
+            od = od0 + ld + carry.to(ld.dtype)
+            carry = od >= OUT_D
+            od = tl.where(carry, od - OUT_D, od)
+            nb = n0 + ln + carry.to(ln.dtype)
+            i_d = od * STR_D + shift_d
+            i_h = oh * STR_H + shift_h
+            i_w = ow * STR_W + shift_w
+            x_ok = p_ok & (i_d >= 0) & (i_d < IN_D) & (i_h >= 0) & (i_h < IN_H) & (i_w >= 0) & (i_w < IN_W)
+            x_row = (((nb * IN_D + i_d) * IN_H + i_h) * IN_W + i_w) * C_TOTAL
+        b = tl.load(x_ptr + (x_row[:, None] + x_col[None, :]), mask=x_ok[:, None] & c_ok[None, :], other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+        if not IS_1X1:  # scalar mixed-radix step of the block start
+            ow0 += step_w
+            carry0 = ow0 >= OUT_W
+            ow0 = tl.where(carry0, ow0 - OUT_W, ow0)
+            oh0 += step_h + carry0.to(oh0.dtype)
+            carry0 = oh0 >= OUT_H
+            oh0 = tl.where(carry0, oh0 - OUT_H, oh0)
+            od0 += step_d + carry0.to(od0.dtype)
+            carry0 = od0 >= OUT_D
+            od0 = tl.where(carry0, od0 - OUT_D, od0)
+            n0 += step_n + carry0.to(n0.dtype)
+
+    # dW[g0 + m // (K/G), m % (K/G), tap, j % (C/G)] sits at ((g0·K/G + m)·taps + tap)·C/G + j % (C/G).
+    out_mask = k_ok[:, None] & c_ok[None, :]
+    if MERGE == 1:
+        c_in_group = cs
+    else:
+        c_group = cs // CG
+        c_in_group = cs - c_group * CG
+        if VEC == 8:  # runs of 8 channels stay contiguous and aligned inside a group
+            c_in_group = tl.max_contiguous(tl.multiple_of(c_in_group, 8), 8)
+        out_mask = out_mask & ((ks // KG)[:, None] == c_group[None, :])
+    w_row = (dy_col * taps + tap) * CG
+    if INDEX64:
+        w_row = w_row.to(tl.int64)
+    if SPLIT_K > 1:  # this split's slice of the fp32 workspace [SPLIT_K, weight elements]
+        out_ptr += split.to(tl.int64) * (K_TOTAL * taps * CG)
+    out_ptrs = out_ptr + (w_row[:, None] + c_in_group[None, :])
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=out_mask)
+
+
+@triton.jit
+def _split_k_reduce_kernel(ws_ptr, out_ptr, W_ELEMS, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr,
+                           INDEX64: tl.constexpr):
+    """out[e] = Σ_s ws[s, e] in the fixed order s = 0, 1, …: deterministic, no atomics."""
+    pid = tl.program_id(0)
+    if INDEX64:
+        pid = pid.to(tl.int64)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < W_ELEMS
+    ptrs = ws_ptr + offs
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for _ in tl.static_range(SPLIT_K):
+        acc += tl.load(ptrs, mask=mask, other=0.0)
+        ptrs += W_ELEMS  # pointer arithmetic: 64-bit even for 32-bit-indexed kernels
+    tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+class IgemmBackwardWeight:
+    direction = Direction.BACKWARD_WEIGHT
+    families = frozenset({Family.IGEMM, Family.GMERGE, Family.GEMM1X1})
+
+    def programs(self, config: KernelConfig) -> dict[str, Program]:
+        ptr = pointer_type(config.dtype)
+        ints = int_type(config)
+        out = "*fp32" if config.split_k > 1 else ptr
+        types = {"x_ptr": ptr, "dy_ptr": ptr, "out_ptr": out, **{name: ints for name in _SIZE_PARAMS}}
+        constexprs = {
+            "BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k,
+            "GROUP_M": config.group_m, "MERGE": config.merge, "IS_1X1": config.family is Family.GEMM1X1,
+            "SPLIT_K": config.split_k, "VEC": config.vec, "INDEX64": config.index64,
+            "DOT_PRECISION": "ieee" if config.dtype is DType.FP32 else "tf32",
+        }
+        programs = {"main": Program(_igemm_bwd_weight_kernel, constexprs, types, config.num_warps,
+                                    config.num_stages)}
+        if config.split_k > 1:
+            programs["reduce"] = Program(
+                _split_k_reduce_kernel,
+                {"SPLIT_K": config.split_k, "BLOCK": REDUCE_BLOCK, "INDEX64": config.index64},
+                {"ws_ptr": "*fp32", "out_ptr": ptr, "W_ELEMS": ints}, REDUCE_WARPS, 1)
+        return programs
+
+    def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
+        return config.split_k * problem.weight_elements if config.split_k > 1 else 0
+
+    def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
+        tiles = (cdiv(config.merge * problem.k_per_group, config.block_m) * math.prod(problem.filter_size)
+                 * cdiv(config.merge * problem.c_per_group, config.block_n))
+        grid = (tiles, cdiv(problem.groups, config.merge), config.split_k)
+        sizes = (problem.batch, problem.groups, problem.c_per_group, problem.k_per_group, *spatial_args(problem))
+        if config.split_k == 1:
+            return [Launch("main", grid, (first, second, out, *sizes))]
+        if workspace is None or workspace.numel() < self.workspace_elements(problem, config):
+            raise ValueError(f"workspace: split_k={config.split_k} needs "
+                             f"{self.workspace_elements(problem, config)} fp32 elements")
+        elements = problem.weight_elements
+        return [Launch("main", grid, (first, second, workspace, *sizes)),
+                Launch("reduce", (cdiv(elements, REDUCE_BLOCK), 1, 1), (workspace, out, elements))]
