@@ -54,10 +54,11 @@ class BenchSettings:
     arch: str = "sm_90"
     rule_set: str = "default"
     oracle_only: bool = False
-    graph_launches: int = 20          # launches captured per graph
+    graph_launches: int = 20          # launches captured per graph (fewer for slow kernels)
     graph_replays: int = 5            # replays timed, median taken
-    event_repeats: int = 30           # per-call event timings, median/min taken
+    event_repeats: int = 30           # per-call event timings, median/min taken (fewer for slow kernels)
     warmup: int = 3
+    budget_us: float = 20_000.0       # device time each timing method may spend on one kernel
     kernel_timeout_s: float = 120.0
     include_cudnn: bool = True
     max_kernels: int = 0              # 0: all applicable; >0: a seeded sample (training sweeps)
@@ -191,14 +192,39 @@ class ProblemSetup:
         return float(torch.linalg.vector_norm(result - self.reference)) / max(self.reference_norm, 1e-300)
 
 
-def _time_callable(call, sets: int, settings: BenchSettings, quick: bool = False) -> tuple[float, float, float]:
-    """(event median µs, event min µs, graph µs per launch); ``call(i)`` launches on input set i."""
+def _quick_us(call, sets: int) -> float:
+    """Median of 3 event-timed calls after one warm-up: sizes (and prunes) the full timing."""
     import torch
 
+    call(0)
+    torch.cuda.synchronize()
+    times = []
+    for i in range(3):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        call(i % sets)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return sorted(times)[1]
+
+
+def _time_callable(call, sets: int, settings: BenchSettings, estimate_us: float) -> tuple[float, float, float]:
+    """(event median µs, event min µs, graph µs per launch); ``call(i)`` launches on input set i.
+
+    Repeats shrink for slow kernels so each method spends about ``settings.budget_us`` (never
+    fewer than 5 event timings, 2 graph launches and 3 replays)."""
+    import torch
+
+    def clamp(value: float, low: int, high: int) -> int:
+        return max(low, min(high, int(value)))
+
+    repeats = clamp(settings.budget_us / max(estimate_us, 1e-3), 5, settings.event_repeats)
+    launches = clamp(settings.budget_us / max(estimate_us, 1e-3) / settings.graph_replays, 2,
+                     settings.graph_launches)
     for i in range(settings.warmup):
         call(i % sets)
     torch.cuda.synchronize()
-    repeats = 3 if quick else settings.event_repeats
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
     for i in range(repeats):
@@ -208,8 +234,6 @@ def _time_callable(call, sets: int, settings: BenchSettings, quick: bool = False
     torch.cuda.synchronize()
     times = sorted(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
     event_median, event_min = times[len(times) // 2], times[0]
-    if quick:
-        return event_median, event_min, float("nan")
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     graph = torch.cuda.CUDAGraph()
@@ -217,7 +241,7 @@ def _time_callable(call, sets: int, settings: BenchSettings, quick: bool = False
         call(0)  # warm on the capture stream
         stream.synchronize()
         with torch.cuda.graph(graph, stream=stream):
-            for i in range(settings.graph_launches):
+            for i in range(launches):
                 call(i % sets)
     torch.cuda.current_stream().wait_stream(stream)
     graph.replay()
@@ -229,7 +253,7 @@ def _time_callable(call, sets: int, settings: BenchSettings, quick: bool = False
         graph.replay()
         end.record()
         end.synchronize()
-        replays.append(start.elapsed_time(end) * 1e3 / settings.graph_launches)
+        replays.append(start.elapsed_time(end) * 1e3 / launches)
     del graph
     return event_median, event_min, sorted(replays)[len(replays) // 2]
 
@@ -364,11 +388,10 @@ def measure_kernel(setup: ProblemSetup, config: KernelConfig, loader: Any, ceili
         if not error <= limit:
             return _row(problem, ceilings, config.name, "wrong", error=error,
                         message=f"relative error {error:.3g} > {limit:g}")
-        if settings.oracle_only and best_us < float("inf"):
-            quick, _, _ = _time_callable(call, setup.sets, settings, quick=True)
-            if quick > PRUNE_FACTOR * best_us:
-                return _row(problem, ceilings, config.name, "pruned", error=error, event_median=quick)
-        event_median, event_min, graph = _time_callable(call, setup.sets, settings)
+        quick = _quick_us(call, setup.sets)
+        if settings.oracle_only and quick > PRUNE_FACTOR * best_us:
+            return _row(problem, ceilings, config.name, "pruned", error=error, event_median=quick)
+        event_median, event_min, graph = _time_callable(call, setup.sets, settings, quick)
         return _row(problem, ceilings, config.name, "ok", error=error, event_median=event_median,
                     event_min=event_min, graph=graph)
     except Exception as exc:  # a failing kernel is recorded, the sweep goes on
@@ -385,7 +408,7 @@ def measure_cudnn(setup: ProblemSetup, ceilings: Ceilings, settings: BenchSettin
         result = call(0)
         torch.cuda.synchronize()
         error = setup.relative_error(_grouped_result(problem, result))
-        event_median, event_min, graph = _time_callable(call, setup.sets, settings)
+        event_median, event_min, graph = _time_callable(call, setup.sets, settings, _quick_us(call, setup.sets))
         status = "ok" if error <= RELATIVE_ERROR_LIMIT[problem.dtype] else "wrong"
         return _row(problem, ceilings, CUDNN, status, error=error, event_median=event_median,
                     event_min=event_min, graph=graph)
@@ -529,9 +552,10 @@ def environment_manifest(settings: BenchSettings, ceilings: Ceilings) -> dict:
         "tiledispatch": tiledispatch.__version__, "git_commit": _git_commit(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rule_set": settings.rule_set,
         "arch": settings.arch, "ceilings": asdict(ceilings),
-        "timing": {"graph_us": f"CUDA-graph replay of {settings.graph_launches} launches, median of "
+        "timing": {"graph_us": f"CUDA-graph replay of up to {settings.graph_launches} launches (about "
+                               f"{settings.budget_us / 1000:g} ms of device time), median of "
                                f"{settings.graph_replays} replays, per launch (device time)",
-                   "event_median_us": f"per-call CUDA events, median of {settings.event_repeats} "
+                   "event_median_us": f"per-call CUDA events, median of up to {settings.event_repeats} (at least 5) "
                                       "(includes host launch overhead when the GPU outruns the host)",
                    "inputs": "rotated sets totalling >= 2x L2 (max 16 sets)"},
         "settings": asdict(settings),
@@ -587,6 +611,7 @@ def run_sweep(problems: list[ConvProblem], settings: BenchSettings, out_dir: Pat
         ceilings = measure_ceilings()
         manifest = environment_manifest(settings, ceilings)
         manifest["sittings"] = []
+        write_json_atomic(manifest_file, manifest)  # a killed sitting still leaves its context
         log(f"bench: ceilings {ceilings}")
     sitting = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "problems": len(todo),
                "git_commit": _git_commit()}

@@ -93,15 +93,17 @@ def gpu_config(direction: Direction, dtype: DType, ndim: int, family: Family, nu
                split_k: int = 1, vec: int = 1) -> KernelConfig:
     """Realistic tiles for the GPU tests: a 4-warp and an 8-warp shape per family."""
     if family is Family.DIRECT:
-        block_m, block_n = (64, 32) if num_warps == 4 else (128, 64)
+        block_m, block_n = (64, 32) if num_warps == 4 else (128, 32)
         return KernelConfig(direction, dtype, ndim, family, block_m, block_n, 1, num_warps, 1, 1, split_k, 1, vec)
-    if family is Family.GMERGE:
+    # Unaligned (v1) tiles stay small and unpipelined, as in the default rule set (no spills).
+    if vec == 1:
+        block_m, block_n, block_k, stages = (64, 32, 32, 2) if num_warps == 4 else (128, 64, 32, 2)
+    elif family is Family.GMERGE:
         block_m, block_n, block_k, stages = (64, 32, 32, 4) if num_warps == 4 else (128, 64, 32, 4)
-        return KernelConfig(direction, dtype, ndim, family, block_m, block_n, block_k, num_warps, stages, 8,
-                            split_k, 4, vec)
-    block_m, block_n, block_k, stages = (64, 64, 32, 4) if num_warps == 4 else (128, 128, 64, 3)
+    else:
+        block_m, block_n, block_k, stages = (64, 64, 32, 4) if num_warps == 4 else (128, 128, 64, 3)
     return KernelConfig(direction, dtype, ndim, family, block_m, block_n, block_k, num_warps, stages, 8, split_k,
-                        1, vec)
+                        4 if family is Family.GMERGE else 1, vec)
 
 
 def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelConfig]:

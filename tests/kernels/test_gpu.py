@@ -17,6 +17,7 @@ import pytest
 
 from tests.kernels.cases import gpu_configs
 from tiledispatch.native.accuracy import RELATIVE_ERROR_LIMIT
+from tiledispatch.native.configs import parse_kernel_name
 from tiledispatch.native.problem import ConvProblem, Direction, DType
 from tiledispatch.native.support import is_supported
 
@@ -38,8 +39,14 @@ def registry(tmp_path_factory):
 
     cache = Path(os.environ.get("TILEDISPATCH_TEST_REGISTRY", tmp_path_factory.mktemp("registry")))
     results = build(_all_configs(), arch="sm_90", cache_dir=cache, workers=os.cpu_count() or 4)
-    bad = [r for r in results if not r.usable]
-    assert not bad, [(r.kernel, r.status, r.error[:200]) for r in bad]
+    failed = [r for r in results if r.status in ("error", "over_smem")]
+    assert not failed, [(r.kernel, r.status, r.error[:200]) for r in failed]
+    # Spilling kernels are left out of the registry (slow), but every family must keep a kernel
+    # for each direction, dtype, ndim and warp count, or this test would check nothing there.
+    usable = {parse_kernel_name(r.kernel) for r in results if r.usable}
+    for config in _all_configs():
+        assert any(u.family is config.family and u.direction is config.direction and u.dtype is config.dtype
+                   and u.ndim == config.ndim and u.num_warps == config.num_warps for u in usable), config.name
     return Registry.load(cache, "sm_90")
 
 

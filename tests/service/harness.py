@@ -96,7 +96,8 @@ class ServerProcess:
         self.log_path = tmp / f"server-{self.port}.log"
         self.args = [*TILEDISPATCH, "serve", "--port", str(self.port), "--metrics-port", str(self.metrics_port),
                      "--db", str(tmp / f"tuning-{self.port}.sqlite"), *args]
-        self.env = {**os.environ, "TILEDISPATCH_HOME": str(tmp / "home"), "PYTHONPATH": str(REPO), **(env or {})}
+        python_path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+        self.env = {**os.environ, "TILEDISPATCH_HOME": str(tmp / "home"), "PYTHONPATH": python_path, **(env or {})}
         self.process: subprocess.Popen | None = None
 
     @property
