@@ -95,8 +95,8 @@ def _direct_fwd_kernel(
     x_ptr, w_ptr, y_ptr,
     BATCH, GROUPS, CG, KG, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W,
     F_D, F_H, F_W, STR_D, STR_H, STR_W, DIL_D, DIL_H, DIL_W, PAD_D, PAD_H, PAD_W,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DEPTHWISE: tl.constexpr, VEC: tl.constexpr,
-    INDEX64: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PASS_M: tl.constexpr, DEPTHWISE: tl.constexpr,
+    VEC: tl.constexpr, INDEX64: tl.constexpr,
 ):
     # Products first, in the width of the arguments (64-bit when INDEX64).
     C_TOTAL = GROUPS * CG
@@ -138,68 +138,76 @@ def _direct_fwd_kernel(
         PAD_D, PAD_H, PAD_W = PAD_D.to(tl.int32), PAD_H.to(tl.int32), PAD_W.to(tl.int32)
         CG, KG = CG.to(tl.int32), KG.to(tl.int32)
 
-    r = tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = r < rows_left
     col_ok = cols < K_TOTAL
-    # Decomposed once per program; the tap loops below only add and compare.
-    w_lin = s_ow + r
-    ow = w_lin % OUT_W
-    h_lin = s_oh + w_lin // OUT_W
-    oh = h_lin % OUT_H
-    d_lin = s_od + h_lin // OUT_H
-    od = d_lin % OUT_D
-    nb = s_nb + d_lin // OUT_D
-    base_w = ow * STR_W - PAD_W
-    base_h = oh * STR_H - PAD_H
-    base_d = tl.where(row_ok, od * STR_D - PAD_D, IN_D)  # rows past M fail the depth test
-    if INDEX64:
-        nb = nb.to(tl.int64)
-    # Offsets of tap (0, 0, 0); a tap adds a scalar, so every row keeps one offset for all taps.
-    # Loads take ``ptr + (offsets + scalar)``: with the integer sum inside, the compiler cannot hoist
-    # a 64-bit address per element out of the loops (it would double the registers per element).
-    x_base = (((nb * IN_D + base_d) * IN_H + base_h) * IN_W + base_w) * C_TOTAL
     # Weight columns past the last channel read the last channel's weights instead of being
     # masked: their results are never stored, and unmasked loads need no zero fill.
     w_col = tl.minimum(cols, K_TOTAL - 1)
     if DEPTHWISE:
-        x_off = x_base[:, None] + cols[None, :]  # input channel == output channel: contiguous
-        w_off = w_col * taps                     # W[k, tap] (C/G = 1)
+        w_off = w_col * taps  # W[k, tap] (C/G = 1)
     else:
         x_ch = (cols // KG) * CG  # first input channel of each column's group
         x_ch = tl.max_contiguous(tl.multiple_of(x_ch, [1]), [BLOCK_N])  # see the gather layout note
-        x_off = x_base[:, None] + x_ch[None, :]
         w_off = w_col * (taps * CG)
 
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for td in tl.range(0, F_D):
-        i_d = base_d + td * DIL_D
-        ok_d = (i_d >= 0) & (i_d < IN_D)
-        for th in tl.range(0, F_H):
-            i_h = base_h + th * DIL_H
-            ok_dh = ok_d & (i_h >= 0) & (i_h < IN_H)
-            x_dh = td * step_d + th * step_h
-            for tw in tl.range(0, F_W):
-                i_w = base_w + tw * DIL_W
-                ok = ok_dh & (i_w >= 0) & (i_w < IN_W)
-                mask = ok[:, None] & col_ok[None, :]
-                tap = (td * F_H + th) * F_W + tw
-                x_tap = x_dh + tw * step_w
-                if DEPTHWISE:
-                    xv = tl.load(x_ptr + (x_off + x_tap), mask=mask, other=0.0)
-                    wv = tl.load(w_ptr + (w_off + tap))
-                    acc += _f32(xv) * _f32(wv)[None, :]
-                else:
-                    w_tap = tap * CG
-                    for c in tl.range(0, CG):
-                        xv = tl.load(x_ptr + (x_off + (x_tap + c)), mask=mask, other=0.0)
-                        wv = tl.load(w_ptr + (w_off + (w_tap + c)))
-                        acc += _f32(xv) * _f32(wv)[None, :]
+    # The block's rows in passes of PASS_M (see _pass_rows): a pass's per-row state must fit
+    # in registers next to its accumulator.
+    for sub in tl.static_range(BLOCK_M // PASS_M):
+        r = sub * PASS_M + tl.arange(0, PASS_M)
+        row_ok = r < rows_left
+        # Decomposed once per pass; the tap loops below only add and compare.
+        w_lin = s_ow + r
+        ow = w_lin % OUT_W
+        h_lin = s_oh + w_lin // OUT_W
+        oh = h_lin % OUT_H
+        d_lin = s_od + h_lin // OUT_H
+        od = d_lin % OUT_D
+        nb = s_nb + d_lin // OUT_D
+        base_w = ow * STR_W - PAD_W
+        base_h = oh * STR_H - PAD_H
+        base_d = tl.where(row_ok, od * STR_D - PAD_D, IN_D)  # rows past M fail the depth test
+        if INDEX64:
+            nb = nb.to(tl.int64)
+        # Offsets of tap (0, 0, 0); a tap adds a scalar, so every row keeps one offset for all
+        # taps. The general binary's gathers load ``ptr + (offsets + scalar)``: with the integer
+        # sum inside, the compiler cannot hoist a 64-bit address per element out of the loops
+        # (twice the registers). Depthwise loads are ``(ptr + scalar) + offsets``: one hoisted
+        # address per row (per 8 channels with vec 8) is cheap and saves an add per load.
+        x_base = (((nb * IN_D + base_d) * IN_H + base_h) * IN_W + base_w) * C_TOTAL
+        if DEPTHWISE:
+            x_off = x_base[:, None] + cols[None, :]  # input channel == output channel: contiguous
+        else:
+            x_off = x_base[:, None] + x_ch[None, :]
 
-    # Rows recomputed rather than reusing row_ok: nothing per row stays live across the tap loops.
-    rows = row0 + r
-    y_off = (rows * K_TOTAL)[:, None] + cols[None, :]
-    tl.store(y_ptr + y_off, acc.to(y_ptr.dtype.element_ty), mask=(rows < M)[:, None] & col_ok[None, :])
+        acc = tl.zeros((PASS_M, BLOCK_N), dtype=tl.float32)
+        for td in tl.range(0, F_D):
+            i_d = base_d + td * DIL_D
+            ok_d = (i_d >= 0) & (i_d < IN_D)
+            for th in tl.range(0, F_H):
+                i_h = base_h + th * DIL_H
+                ok_dh = ok_d & (i_h >= 0) & (i_h < IN_H)
+                x_dh = td * step_d + th * step_h
+                for tw in tl.range(0, F_W):
+                    i_w = base_w + tw * DIL_W
+                    ok = ok_dh & (i_w >= 0) & (i_w < IN_W)
+                    mask = ok[:, None] & col_ok[None, :]
+                    tap = (td * F_H + th) * F_W + tw
+                    x_tap = x_dh + tw * step_w
+                    if DEPTHWISE:
+                        xv = tl.load(x_ptr + x_tap + x_off, mask=mask, other=0.0)
+                        wv = tl.load(w_ptr + tap + w_off)
+                        acc += _f32(xv) * _f32(wv)[None, :]
+                    else:
+                        w_tap = tap * CG
+                        for c in tl.range(0, CG):
+                            xv = tl.load(x_ptr + (x_off + (x_tap + c)), mask=mask, other=0.0)
+                            wv = tl.load(w_ptr + (w_off + (w_tap + c)))
+                            acc += _f32(xv) * _f32(wv)[None, :]
+
+        # Rows recomputed rather than reusing row_ok: nothing per row stays live across the loops.
+        rows = row0 + r
+        y_off = (rows * K_TOTAL)[:, None] + cols[None, :]
+        tl.store(y_ptr + y_off, acc.to(y_ptr.dtype.element_ty), mask=(rows < M)[:, None] & col_ok[None, :])
 
 
 @triton.jit
@@ -207,8 +215,8 @@ def _direct_bwd_data_kernel(
     dy_ptr, w_ptr, dx_ptr,
     BATCH, GROUPS, CG, KG, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W,
     F_D, F_H, F_W, STR_D, STR_H, STR_W, DIL_D, DIL_H, DIL_W, PAD_D, PAD_H, PAD_W,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DEPTHWISE: tl.constexpr, VEC: tl.constexpr,
-    INDEX64: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PASS_M: tl.constexpr, DEPTHWISE: tl.constexpr,
+    VEC: tl.constexpr, INDEX64: tl.constexpr,
 ):
     C_TOTAL = GROUPS * CG
     K_TOTAL = GROUPS * KG
@@ -259,76 +267,80 @@ def _direct_bwd_data_kernel(
     first_h = (r_h + STR_H - PAD_H % STR_H) % STR_H
     first_d = (r_d + STR_D - PAD_D % STR_D) % STR_D
 
-    r = tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < C_TOTAL
-    w_lin = s_jw + r
-    jw = w_lin % cnt_w
-    h_lin = s_jh + w_lin // cnt_w
-    jh = h_lin % cnt_h
-    d_lin = s_jd + h_lin // cnt_h
-    jd = d_lin % cnt_d
-    nb = s_nb + d_lin // cnt_d
-    i_w = first_w + jw * STR_W
-    i_h = first_h + jh * STR_H
-    i_d = first_d + jd * STR_D
-    row_ok = (r < rows_left) & (i_w < IN_W) & (i_h < IN_H) & (i_d < IN_D)
-    # o = q − a(tap) with q = q0 + j and a = tap·dilation // stride for the taps of this class.
-    q_w = (first_w + PAD_W - r_w) // STR_W + jw
-    q_h = (first_h + PAD_H - r_h) // STR_H + jh
-    q_d = tl.where(row_ok, (first_d + PAD_D - r_d) // STR_D + jd, -1)  # masked rows fail o_d >= 0
-    if INDEX64:
-        nb = nb.to(tl.int64)
-    # Computed now so that the input coordinates are dead during the tap loops.
-    dx_off = ((((nb * IN_D + i_d) * IN_H + i_h) * IN_W + i_w) * C_TOTAL)[:, None] + cols[None, :]
-    # dY offsets of a = (0, 0, 0); each tap subtracts a scalar (loads as in the forward kernel).
-    y_base = (((nb * OUT_D + q_d) * OUT_H + q_h) * OUT_W + q_w) * K_TOTAL
     # Weight columns past the last channel read the last channel's weights instead of being
     # masked: their results are never stored, and unmasked loads need no zero fill.
     w_col = tl.minimum(cols, C_TOTAL - 1)
     if DEPTHWISE:
-        dy_off = y_base[:, None] + cols[None, :]
         w_off = w_col * taps  # W[j, tap] (K/G = C/G = 1)
     else:
         grp = cols // CG
         dy_ch = grp * KG  # first dY channel of each column's group
         dy_ch = tl.max_contiguous(tl.multiple_of(dy_ch, [1]), [BLOCK_N])  # see the gather layout note
-        dy_off = y_base[:, None] + dy_ch[None, :]
         w_grp = w_col // CG
         w_off = (w_grp * KG * taps) * CG + (w_col - w_grp * CG)  # W[g·K/G, 0, tap 0, c]
     kk_step = taps * CG  # element distance between W[g, kk] and W[g, kk + 1]
 
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for td in tl.range(0, F_D):
-        if (td * DIL_D) % STR_D == r_d:  # scalar: the same for every row of the class
-            a_d = (td * DIL_D) // STR_D
-            o_d = q_d - a_d
-            ok_d = (o_d >= 0) & (o_d < OUT_D)
-            for th in tl.range(0, F_H):
-                if (th * DIL_H) % STR_H == r_h:
-                    a_h = (th * DIL_H) // STR_H
-                    o_h = q_h - a_h
-                    ok_dh = ok_d & (o_h >= 0) & (o_h < OUT_H)
-                    for tw in tl.range(0, F_W):
-                        if (tw * DIL_W) % STR_W == r_w:
-                            a_w = (tw * DIL_W) // STR_W
-                            o_w = q_w - a_w
-                            ok = ok_dh & (o_w >= 0) & (o_w < OUT_W)
-                            mask = ok[:, None] & col_ok[None, :]
-                            tap = (td * F_H + th) * F_W + tw
-                            dy_tap = -((a_d * OUT_H + a_h) * OUT_W + a_w) * K_TOTAL
-                            if DEPTHWISE:
-                                dyv = tl.load(dy_ptr + (dy_off + dy_tap), mask=mask, other=0.0)
-                                wv = tl.load(w_ptr + (w_off + tap))
-                                acc += _f32(dyv) * _f32(wv)[None, :]
-                            else:
-                                w_tap = tap * CG
-                                for kk in tl.range(0, KG):
-                                    dyv = tl.load(dy_ptr + (dy_off + (dy_tap + kk)), mask=mask, other=0.0)
-                                    wv = tl.load(w_ptr + (w_off + (w_tap + kk * kk_step)))
-                                    acc += _f32(dyv) * _f32(wv)[None, :]
+    for sub in tl.static_range(BLOCK_M // PASS_M):  # passes as in the forward kernel
+        r = sub * PASS_M + tl.arange(0, PASS_M)
+        w_lin = s_jw + r
+        jw = w_lin % cnt_w
+        h_lin = s_jh + w_lin // cnt_w
+        jh = h_lin % cnt_h
+        d_lin = s_jd + h_lin // cnt_h
+        jd = d_lin % cnt_d
+        nb = s_nb + d_lin // cnt_d
+        i_w = first_w + jw * STR_W
+        i_h = first_h + jh * STR_H
+        i_d = first_d + jd * STR_D
+        row_ok = (r < rows_left) & (i_w < IN_W) & (i_h < IN_H) & (i_d < IN_D)
+        # o = q − a(tap) with q = q0 + j and a = tap·dilation // stride for the taps of this class.
+        q_w = (first_w + PAD_W - r_w) // STR_W + jw
+        q_h = (first_h + PAD_H - r_h) // STR_H + jh
+        q_d = tl.where(row_ok, (first_d + PAD_D - r_d) // STR_D + jd, -1)  # masked rows fail o_d >= 0
+        if INDEX64:
+            nb = nb.to(tl.int64)
+        # Computed now so that the input coordinates are dead during the tap loops.
+        dx_off = ((((nb * IN_D + i_d) * IN_H + i_h) * IN_W + i_w) * C_TOTAL)[:, None] + cols[None, :]
+        # dY offsets of a = (0, 0, 0); each tap subtracts a scalar (address forms as in the forward kernel).
+        y_base = (((nb * OUT_D + q_d) * OUT_H + q_h) * OUT_W + q_w) * K_TOTAL
+        if DEPTHWISE:
+            dy_off = y_base[:, None] + cols[None, :]
+        else:
+            dy_off = y_base[:, None] + dy_ch[None, :]
 
-    tl.store(dx_ptr + dx_off, acc.to(dx_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
+        acc = tl.zeros((PASS_M, BLOCK_N), dtype=tl.float32)
+        for td in tl.range(0, F_D):
+            if (td * DIL_D) % STR_D == r_d:  # scalar: the same for every row of the class
+                a_d = (td * DIL_D) // STR_D
+                o_d = q_d - a_d
+                ok_d = (o_d >= 0) & (o_d < OUT_D)
+                for th in tl.range(0, F_H):
+                    if (th * DIL_H) % STR_H == r_h:
+                        a_h = (th * DIL_H) // STR_H
+                        o_h = q_h - a_h
+                        ok_dh = ok_d & (o_h >= 0) & (o_h < OUT_H)
+                        for tw in tl.range(0, F_W):
+                            if (tw * DIL_W) % STR_W == r_w:
+                                a_w = (tw * DIL_W) // STR_W
+                                o_w = q_w - a_w
+                                ok = ok_dh & (o_w >= 0) & (o_w < OUT_W)
+                                mask = ok[:, None] & col_ok[None, :]
+                                tap = (td * F_H + th) * F_W + tw
+                                dy_tap = -((a_d * OUT_H + a_h) * OUT_W + a_w) * K_TOTAL
+                                if DEPTHWISE:
+                                    dyv = tl.load(dy_ptr + dy_tap + dy_off, mask=mask, other=0.0)
+                                    wv = tl.load(w_ptr + tap + w_off)
+                                    acc += _f32(dyv) * _f32(wv)[None, :]
+                                else:
+                                    w_tap = tap * CG
+                                    for kk in tl.range(0, KG):
+                                        dyv = tl.load(dy_ptr + (dy_off + (dy_tap + kk)), mask=mask, other=0.0)
+                                        wv = tl.load(w_ptr + (w_off + (w_tap + kk * kk_step)))
+                                        acc += _f32(dyv) * _f32(wv)[None, :]
+
+        tl.store(dx_ptr + dx_off, acc.to(dx_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
 
 
 @triton.jit
@@ -416,18 +428,22 @@ def _direct_bwd_weight_kernel(
         ok_line = (lb < lines_left) & (i_h >= 0) & (i_h < IN_H) & (i_d >= 0) & (i_d < IN_D)
         if INDEX64:
             nb = nb.to(tl.int64)
-        # Offsets of the line's first step; each step adds a scalar (loads as in the forward kernel).
+        # Offsets of the line's first step; each step adds a scalar.
         x_off = ((((nb * IN_D + i_d) * IN_H + i_h) * IN_W + w_first) * C_TOTAL)[:, None] + x_cols[None, :]
         dy_off = ((line0 * OUT_W + (lb * OUT_W + wb)) * K_TOTAL)[:, None] + cols[None, :]
         ow = wb
         i_w = w_first
-        x_step = 0
-        dy_step = 0
+        x_step = 0 * C_TOTAL  # in the offsets' integer width
+        dy_step = 0 * K_TOTAL
         for _ow0 in tl.range(0, OUT_W, ROW_WIDTH):
             ok = ok_line & (ow < OUT_W) & (i_w >= 0) & (i_w < IN_W)
             mask = ok[:, None] & col_ok[None, :]  # dY too: a zero X term contributes nothing
-            dyv = tl.load(dy_ptr + (dy_off + dy_step), mask=mask, other=0.0)
-            xv = tl.load(x_ptr + (x_off + x_step), mask=mask, other=0.0)
+            if DEPTHWISE:  # address forms as in the forward kernel
+                dyv = tl.load(dy_ptr + dy_step + dy_off, mask=mask, other=0.0)
+                xv = tl.load(x_ptr + x_step + x_off, mask=mask, other=0.0)
+            else:
+                dyv = tl.load(dy_ptr + (dy_off + dy_step), mask=mask, other=0.0)
+                xv = tl.load(x_ptr + (x_off + x_step), mask=mask, other=0.0)
             acc += _f32(dyv) * _f32(xv)
             ow += ROW_WIDTH
             i_w += ow_step
@@ -528,12 +544,27 @@ def _prod(values) -> int:
     return out
 
 
-def _two_programs(fn, config: KernelConfig, types: dict[str, str], constexprs: dict) -> dict[str, Program]:
+def _pass_rows(config: KernelConfig, depthwise: bool) -> int:
+    """Rows per pass of the forward and backward-data kernels: at most 32 accumulator elements per
+    thread for the vectorised depthwise binary and 16 otherwise (gathers and vec 1 keep state per
+    element rather than per 8-channel vector), half that with 64-bit offsets. Larger tiles run
+    several passes rather than spilling."""
+    elements = 32 if depthwise and config.vec == 8 else 16
+    if config.index64:
+        elements //= 2
+    return max(1, min(config.block_m, elements * 32 * config.num_warps // config.block_n))
+
+
+def _two_programs(fn, config: KernelConfig, types: dict[str, str], constexprs: dict,
+                  passes: bool = True) -> dict[str, Program]:
     """The general binary ("main") and the depthwise one, same config, same parameters."""
-    return {
-        "main": Program(fn, {**constexprs, "DEPTHWISE": False}, types, config.num_warps, config.num_stages),
-        "depthwise": Program(fn, {**constexprs, "DEPTHWISE": True}, types, config.num_warps, config.num_stages),
-    }
+    out = {}
+    for name, depthwise in (("main", False), ("depthwise", True)):
+        values = {**constexprs, "DEPTHWISE": depthwise}
+        if passes:
+            values["PASS_M"] = _pass_rows(config, depthwise)
+        out[name] = Program(fn, values, types, config.num_warps, config.num_stages)
+    return out
 
 
 class DirectForward:
@@ -594,7 +625,7 @@ class DirectBackwardWeight:
                  **{name: ints for name in _SIZE_PARAMS + _BWD_WEIGHT_PARAMS}}
         constexprs = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "SPLIT_K": config.split_k,
                       "VEC": config.vec, "INDEX64": config.index64}
-        programs = _two_programs(_direct_bwd_weight_kernel, config, types, constexprs)
+        programs = _two_programs(_direct_bwd_weight_kernel, config, types, constexprs, passes=False)
         if config.split_k > 1:
             programs["reduce"] = Program(
                 _direct_splitk_reduce_kernel,
