@@ -30,6 +30,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import subprocess
 import time
 import traceback
@@ -568,6 +569,8 @@ def _git_commit() -> str:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
                                 cwd=Path(__file__).resolve().parent).stdout.strip()
     except (OSError, subprocess.SubprocessError):
+        commit = ""
+    if not re.fullmatch(r"[0-9a-f]{40}", commit):  # e.g. a copied tree whose .git has no objects
         commit = ""
     return commit or os.environ.get("TILEDISPATCH_GIT_COMMIT", "unknown")
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tiledispatch.native.configs import Family, KernelConfig
-from tiledispatch.native.problem import ConvProblem
+from tiledispatch.native.problem import INT32_INDEX_LIMIT, ConvProblem
 
 #: gmerge and direct target small groups; larger groups waste a merged tile or CUDA-core FMAs.
 GMERGE_MAX_CHANNELS_PER_GROUP = 32
@@ -38,6 +38,13 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
         largest = max(problem.input_elements, problem.weight_elements, problem.output_elements)
         return Support(False, f"input/weight/output: a tensor has {largest} elements (> 2^31-1); "
                               "needs a 64-bit-indexed kernel (i64)")
+    if config.family is Family.DIRECT and config.index64:
+        # Direct kernels keep per-row arithmetic in 32 bits; only element offsets are 64-bit.
+        largest_dim = max(problem.batch, problem.in_channels, problem.out_channels, *problem.input_size,
+                          *problem.output_size)
+        if largest_dim > INT32_INDEX_LIMIT:
+            return Support(False, f"batch/input_size/channels: a single size of {largest_dim} exceeds 2^31-1, "
+                                  "beyond the direct kernels' 32-bit row arithmetic")
     cg, kg = problem.c_per_group, problem.k_per_group
     if config.vec == 8:
         if config.family is Family.DIRECT:
