@@ -78,3 +78,14 @@ def int_type(config: KernelConfig) -> str:
 
 def pointer_type(dtype: DType) -> str:
     return "*" + TRITON_DTYPE[dtype]
+
+
+def tensor_core_constexprs(config: KernelConfig) -> dict[str, Any]:
+    """Constexprs shared by the igemm / gmerge / gemm1x1 templates of every direction."""
+    return {
+        "BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k,
+        "GROUP_M": config.group_m, "MERGE": config.merge, "IS_1X1": config.family is Family.GEMM1X1,
+        "VEC": config.vec, "INDEX64": config.index64,
+        # fp32 problems get exact products; tf32 would miss the fp32 error limit.
+        "DOT_PRECISION": "ieee" if config.dtype is DType.FP32 else "tf32",
+    }

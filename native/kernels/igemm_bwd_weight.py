@@ -39,9 +39,9 @@ import triton
 import triton.language as tl
 
 from tiledispatch.native.configs import Family, KernelConfig
-from tiledispatch.native.kernels.base import Launch, Program, cdiv, int_type, pointer_type
+from tiledispatch.native.kernels.base import Launch, Program, cdiv, int_type, pointer_type, tensor_core_constexprs
 from tiledispatch.native.kernels.igemm_fwd import spatial_args
-from tiledispatch.native.problem import ConvProblem, Direction, DType
+from tiledispatch.native.problem import ConvProblem, Direction
 
 _SIZE_PARAMS = ("BATCH", "GROUPS", "CG", "KG", "IN_D", "IN_H", "IN_W", "OUT_D", "OUT_H", "OUT_W",
                 "F_D", "F_H", "F_W", "STR_D", "STR_H", "STR_W", "DIL_D", "DIL_H", "DIL_W",
@@ -223,12 +223,7 @@ class IgemmBackwardWeight:
         ints = int_type(config)
         out = "*fp32" if config.split_k > 1 else ptr
         types = {"x_ptr": ptr, "dy_ptr": ptr, "out_ptr": out, **{name: ints for name in _SIZE_PARAMS}}
-        constexprs = {
-            "BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k,
-            "GROUP_M": config.group_m, "MERGE": config.merge, "IS_1X1": config.family is Family.GEMM1X1,
-            "SPLIT_K": config.split_k, "VEC": config.vec, "INDEX64": config.index64,
-            "DOT_PRECISION": "ieee" if config.dtype is DType.FP32 else "tf32",
-        }
+        constexprs = {**tensor_core_constexprs(config), "SPLIT_K": config.split_k}
         programs = {"main": Program(_igemm_bwd_weight_kernel, constexprs, types, config.num_warps,
                                     config.num_stages)}
         if config.split_k > 1:
