@@ -25,3 +25,27 @@ def test_importing_has_no_side_effects():
             "print(threading.active_count())")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "1" and done.stderr == ""
+
+
+def test_client_imports_when_only_grpcio_protobuf_numpy_are_installed():
+    """A finder refuses every top-level module that is neither the standard library nor what
+    grpcio, protobuf and numpy install: the client and its CLI must import and build a request."""
+    code = """
+import importlib.abc, sys
+# grpcio brings typing_extensions with it (its own dependency).
+ALLOWED = set(sys.stdlib_module_names) | {"grpc", "google", "numpy", "typing_extensions", "tiledispatch",
+                                         "_distutils_hack"}
+class OnlyThese(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] not in ALLOWED:
+            raise ImportError(f"{name} is not installed in this test")
+        return None
+sys.meta_path.insert(0, OnlyThese())
+import tiledispatch.client, tiledispatch.client.cli
+from tiledispatch.client import Client
+client = Client("127.0.0.1:1")
+client.close()
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
