@@ -64,3 +64,50 @@ def test_benchmark_on_the_gpu(gpu_server):
         assert len(events) == 4 and all(e.status == "ok" and e.graph_us > 0 for e in events[:-1])
         assert 0 < summary.selection_efficiency <= 1
         assert client.select(PROBLEMS[-1]).source == "tuning_db"
+
+
+def test_a_faulting_kernel_on_the_gpu_is_isolated_and_quarantined(tmp_path):
+    """A deliberately faulting kernel (an illegal address on the device): the call fails naming the
+    kernel, the worker is replaced, the kernel is quarantined, other requests keep being served and
+    no tuning data is lost."""
+    import grpc
+    from grpc_health.v1 import health_pb2
+
+    from tiledispatch.client.errors import InternalError
+    from tiledispatch.native.problem import ConvProblem
+    from tiledispatch.native.rules import rule_set_configs
+    from tiledispatch.native.support import supported_configs
+    from tiledispatch.server.tuning_db import TuningDB
+
+    from .harness import health_status
+
+    registry = os.environ.get("TILEDISPATCH_REGISTRY_DIR", "")
+    if not (registry and Path(registry).exists()):
+        pytest.skip("needs TILEDISPATCH_REGISTRY_DIR with a built registry")
+    problem = ConvProblem(**TINY)
+    kernels = sorted(c.name for c in supported_configs(problem, rule_set_configs(
+        "default", "sm_90", directions=[problem.direction], dtypes=[problem.dtype], ndims=[problem.ndim])))
+    faulty, healthy = kernels[-1], kernels[0]
+    server = ServerProcess(tmp_path, "--registry-dir", registry, "--worker-handler",
+                           "tests.service.faulting_gpu:FaultingGpuHandler",
+                           env={"TILEDISPATCH_GPU_FAULTS": faulty}).start(timeout=600)
+    try:
+        with Client(server.target, timeout=300) as client:
+            list(client.benchmark(TINY, kernels=[healthy]))  # some tuning data to keep
+            db = TuningDB(Path(server.args[server.args.index('--db') + 1]))
+            rows_before = db.count()
+            db.close()
+            assert rows_before >= 1
+            with pytest.raises(InternalError) as caught:
+                client.run(TINY, kernel=faulty, generate_inputs=True)
+            assert faulty in caught.value.message and caught.value.code == grpc.StatusCode.INTERNAL
+            assert health_status(server.port) == health_pb2.HealthCheckResponse.SERVING
+            answer = client.run(TINY, kernel=healthy, generate_inputs=True)  # a fresh worker serves
+            assert answer.executed_on == "gpu"
+            assert {k["name"]: k for k in client.list_kernels(problem=TINY)}[faulty]["quarantined"]
+            device = client.info()["device_spec"]
+        db = TuningDB(Path(server.args[server.args.index('--db') + 1]))
+        assert db.count() >= rows_before and faulty in db.quarantined(device)
+        db.close()
+    finally:
+        server.stop()
