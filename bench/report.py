@@ -35,10 +35,10 @@ def load(run_dirs: list[Path]) -> tuple[pd.DataFrame, list[dict]]:
 def per_problem(rows: pd.DataFrame) -> pd.DataFrame:
     ok = rows[rows["status"] == "ok"].copy()
     ok["time_us"] = ok["graph_us"].where(ok["graph_us"].notna(), ok["event_median_us"])
-    ours = ok[ok["kernel"] != "cudnn"]
+    ours = ok[ok["kernel"].str.startswith("gconv_")]
     best = ours.loc[ours.groupby("problem_key")["time_us"].idxmin()]
     cudnn = ok[ok["kernel"] == "cudnn"].set_index("problem_key")
-    counts = rows[rows["kernel"] != "cudnn"].groupby("problem_key").agg(
+    counts = rows[rows["kernel"].str.startswith("gconv_")].groupby("problem_key").agg(
         kernels=("kernel", "count"), wrong=("status", lambda s: int((s == "wrong").sum())),
         failed=("status", lambda s: int(s.isin(["error", "crash", "timeout"]).sum())))
     table = best[["problem_key", "direction", "problem_class", "kernel", "family", "time_us", "bound_us",

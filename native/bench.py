@@ -45,7 +45,9 @@ from tiledispatch.native.accuracy import RELATIVE_ERROR_LIMIT
 from tiledispatch.native.configs import KernelConfig, parse_kernel_name
 from tiledispatch.native.problem import ConvProblem, Direction
 
-CUDNN = "cudnn"
+CUDNN = "cudnn"                        # cuDNN autotuned: cudnn.benchmark=True
+CUDNN_HEURISTIC = "cudnn_heuristic"    # cuDNN's own heuristic pick: cudnn.benchmark=False
+BASELINES = (CUDNN, CUDNN_HEURISTIC)
 PRUNE_FACTOR = 1.5
 
 
@@ -64,6 +66,7 @@ class BenchSettings:
     include_cudnn: bool = True
     max_kernels: int = 0              # 0: all applicable; >0: a seeded sample (training sweeps)
     seed: int = 0
+    event_timing: bool = True         # False: graph replay only (event columns keep the 3-call estimate)
 
 
 @dataclass(frozen=True)
@@ -226,15 +229,18 @@ def _time_callable(call, sets: int, settings: BenchSettings, estimate_us: float)
     for i in range(settings.warmup):
         call(i % sets)
     torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-    for i in range(repeats):
-        starts[i].record()
-        call(i % sets)
-        ends[i].record()
-    torch.cuda.synchronize()
-    times = sorted(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
-    event_median, event_min = times[len(times) // 2], times[0]
+    if settings.event_timing:
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+        for i in range(repeats):
+            starts[i].record()
+            call(i % sets)
+            ends[i].record()
+        torch.cuda.synchronize()
+        times = sorted(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
+        event_median, event_min = times[len(times) // 2], times[0]
+    else:  # training sweeps: the graph time is the label; keep the sizing estimate
+        event_median = event_min = estimate_us
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     graph = torch.cuda.CUDAGraph()
@@ -326,7 +332,7 @@ def _grouped_result(problem: ConvProblem, torch_result: Any) -> Any:
 def _row(problem: ConvProblem, ceilings: Ceilings, kernel: str, status: str, *, error: float = float("nan"),
          event_median: float = float("nan"), event_min: float = float("nan"), graph: float = float("nan"),
          message: str = "") -> dict:
-    config = None if kernel == CUDNN or not kernel.startswith("gconv_") else parse_kernel_name(kernel)
+    config = parse_kernel_name(kernel) if kernel.startswith("gconv_") else None
     best = graph if graph == graph else event_median
     bound = ceilings.bound_us(problem)
     row = {
@@ -399,22 +405,27 @@ def measure_kernel(setup: ProblemSetup, config: KernelConfig, loader: Any, ceili
         return _row(problem, ceilings, config.name, "error", message=f"{type(exc).__name__}: {exc}")
 
 
-def measure_cudnn(setup: ProblemSetup, ceilings: Ceilings, settings: BenchSettings) -> dict:
+def measure_cudnn(setup: ProblemSetup, ceilings: Ceilings, settings: BenchSettings, *, autotune: bool = True) -> dict:
+    """cuDNN through PyTorch: autotuned (``cudnn.benchmark=True``, row ``cudnn``) or its own
+    heuristic pick (``benchmark=False``, row ``cudnn_heuristic``), timed like our kernels."""
     import torch
 
     problem = setup.problem
+    name = CUDNN if autotune else CUDNN_HEURISTIC
     try:
-        torch.backends.cudnn.benchmark = True
+        torch.backends.cudnn.benchmark = autotune
         call = _cudnn_call(problem, setup)
         result = call(0)
         torch.cuda.synchronize()
         error = setup.relative_error(_grouped_result(problem, result))
         event_median, event_min, graph = _time_callable(call, setup.sets, settings, _quick_us(call, setup.sets))
         status = "ok" if error <= RELATIVE_ERROR_LIMIT[problem.dtype] else "wrong"
-        return _row(problem, ceilings, CUDNN, status, error=error, event_median=event_median,
+        return _row(problem, ceilings, name, status, error=error, event_median=event_median,
                     event_min=event_min, graph=graph)
     except Exception as exc:
-        return _row(problem, ceilings, CUDNN, "error", message=f"{type(exc).__name__}: {exc}")
+        return _row(problem, ceilings, name, "error", message=f"{type(exc).__name__}: {exc}")
+    finally:
+        torch.backends.cudnn.benchmark = True
 
 
 def measure_iter(problem: ConvProblem, configs: list[KernelConfig], registry: Any, ceilings: Ceilings,
@@ -434,6 +445,8 @@ def measure_iter(problem: ConvProblem, configs: list[KernelConfig], registry: An
     if settings.include_cudnn:
         notify(CUDNN)
         yield measure_cudnn(setup, ceilings, settings)
+        notify(CUDNN_HEURISTIC)
+        yield measure_cudnn(setup, ceilings, settings, autotune=False)
     torch.cuda.empty_cache()
 
 
@@ -625,7 +638,7 @@ def run_sweep(problems: list[ConvProblem], settings: BenchSettings, out_dir: Pat
         for index, problem in enumerate(todo, 1):
             rows = sweep_problem(problem, settings, ceilings, worker, log=log)
             pending.extend(rows)
-            ok = [r for r in rows if r["status"] == "ok" and r["kernel"] != CUDNN]
+            ok = [r for r in rows if r["status"] == "ok" and r["kernel"] not in BASELINES]
             best = min(ok, key=lambda r: r["graph_us"], default=None)
             cudnn = next((r for r in rows if r["kernel"] == CUDNN), None)
             elapsed = time.time() - started
@@ -664,6 +677,6 @@ def load_problems(path: Path | str, directions: Iterable[str], dtype: str) -> li
 
 
 def family_of(kernel: str) -> str:
-    return CUDNN if kernel == CUDNN else parse_kernel_name(kernel).family.value
+    return CUDNN if kernel in BASELINES else parse_kernel_name(kernel).family.value
 
 

@@ -131,6 +131,8 @@ def bench_main(argv: list[str]) -> int:
     parser.add_argument("--max-kernels", type=int, default=0, help="seeded sample of at most this many kernels")
     parser.add_argument("--no-cudnn", action="store_true")
     parser.add_argument("--limit", type=int, default=0, help="measure at most this many problems this sitting")
+    parser.add_argument("--training", action="store_true",
+                        help="training-data timing: CUDA-graph replay only, about 5 ms of device time per kernel")
     args = parser.parse_args(argv)
     directions = [Direction.parse(d).value for d in _csv(args.direction) or []]
     dtype = DType.parse(args.dtype).value
@@ -143,7 +145,8 @@ def bench_main(argv: list[str]) -> int:
         problems = problems[: args.limit]
     settings = BenchSettings(cache_dir=str(args.cache_dir), arch=args.arch, rule_set=args.rule_set,
                              oracle_only=args.oracle_only, include_cudnn=not args.no_cudnn,
-                             max_kernels=args.max_kernels, seed=args.seed)
+                             max_kernels=args.max_kernels, seed=args.seed,
+                             **(dict(event_timing=False, budget_us=5_000.0, graph_replays=3) if args.training else {}))
     manifest = run_sweep(problems, settings, args.out)
     print(f"bench: manifest {manifest}")
     return 0

@@ -120,8 +120,16 @@ def _default_rule(config: KernelConfig) -> bool:
     v1_tiles = ((64, 32, 32), (64, 64, 32), (128, 64, 32))
     if c.dtype is DType.FP32:  # fp32 runs on exact (non-tf32) dots: correctness, not speed
         return c.family is Family.IGEMM and tile in v1_tiles[:2] and c.vec == 1 and c.split_k in (1, 4)
-    if c.family is Family.GMERGE:  # small groups are rarely 8-aligned: v1 only
-        return tile in v1_tiles and c.merge in (2, 4, 8, 16) and c.vec == 1
+    if c.family is Family.GMERGE:
+        if c.merge not in (2, 4, 8, 16):
+            return False
+        if c.vec == 1:
+            return tile in v1_tiles
+        # v8: the merged runs (MERGE·C/G = 32 or 64 for the usual 4–16 channels per group) are
+        # 16-byte aligned, so cp.async pipelines them; tiles match those run lengths.
+        if c.direction is Direction.BACKWARD_WEIGHT:
+            return tile in ((64, 32, 64), (64, 64, 64))
+        return tile in ((64, 32, 32), (128, 32, 32), (64, 64, 64), (128, 64, 64))
     if c.family is Family.GEMM1X1 and c.ndim == 3:
         return tile == (128, 64, 64) and c.vec == 8
     if c.vec == 1:

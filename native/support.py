@@ -51,6 +51,13 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
             if problem.in_channels % 8 or problem.out_channels % 8:
                 return Support(False, f"in_channels/out_channels: {problem.in_channels}/{problem.out_channels} "
                                       "not divisible by 8 (kernel needs v8 alignment)")
+        elif config.family is Family.GMERGE:
+            # gmerge loads and stores the merged channel runs (MERGE·C/G, MERGE·K/G) as wholes.
+            if (config.merge * cg) % 8 or (config.merge * kg) % 8 or problem.in_channels % 8 \
+                    or problem.out_channels % 8:
+                return Support(False, f"in_channels/out_channels: merged runs MERGE*C/G={config.merge * cg}, "
+                                      f"MERGE*K/G={config.merge * kg} and C={problem.in_channels}, "
+                                      f"K={problem.out_channels} must be divisible by 8 (kernel needs v8 alignment)")
         elif cg % 8 or kg % 8:
             return Support(False, f"in_channels/out_channels: C/G={cg}, K/G={kg} not divisible by 8 "
                                   "(kernel needs v8 alignment)")

@@ -2,7 +2,8 @@
 # One device session: build the default registry, run the GPU tests, run the tile-engine benchmark
 # (dev suite + synthetic problems) and write reports. Everything lands in $OUT/results.tar.gz.
 # Usage (on the GPU machine, repo root): bash bench/gpu/session.sh [steps...]
-#   steps: env build test dev synth report (default: all)
+#   steps: env build test dev synth probe collect report (default: env build test dev synth report)
+#   collect: COLLECT="problems.json:out_name:extra flags;..." measures each list into $WORK/data/out_name
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 WORK=${WORK:-/tmp/tdwork}
@@ -39,6 +40,18 @@ for step in $STEPS; do
       ;;
     synth)
       td bench --synthetic "${SYNTH_COUNT:-100}" --seed 7 --oracle-only --cache-dir "$REG" --out "$WORK/synthetic" 2>&1 | tee "$WORK/logs/bench_synth.txt" | tail -15
+      ;;
+    probe)
+      td bench --synthetic 8 --seed 11 --training --max-kernels 48 --cache-dir "$REG" --out "$WORK/probe" 2>&1 | tee "$WORK/logs/bench_probe.txt" | tail -6
+      ;;
+    collect)
+      IFS=';' read -ra lists <<< "${COLLECT:-}"
+      for item in "${lists[@]}"; do
+        IFS=':' read -r file name flags <<< "$item"
+        # shellcheck disable=SC2086
+        td bench --problems "$file" --direction "${COLLECT_DIRECTIONS:-fwd}" --dtype "${COLLECT_DTYPE:-bf16}" \
+          --cache-dir "$REG" --out "$WORK/data/$name" $flags 2>&1 | tee -a "$WORK/logs/collect_$name.txt" | grep -E "^\[|bench:" | tail -3
+      done
       ;;
     report)
       [ -d "$WORK/dev_suite" ] && "$PY" bench/report.py "$WORK/dev_suite" --out "$WORK/report_dev_suite" --title "Dev suite: tiledispatch vs cuDNN (bf16)" 2>&1 | tail -3

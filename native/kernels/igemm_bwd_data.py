@@ -39,7 +39,7 @@ import triton.language as tl
 
 from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.kernels.base import Launch, Program, cdiv, int_type, pointer_type, tensor_core_constexprs
-from tiledispatch.native.kernels.igemm_fwd import spatial_args
+from tiledispatch.native.kernels.igemm_fwd import aligned_channels, spatial_args
 from tiledispatch.native.problem import ConvProblem, Direction
 
 _SIZE_PARAMS = ("BATCH", "GROUPS", "CG", "KG", "IN_D", "IN_H", "IN_W", "OUT_D", "OUT_H", "OUT_W",
@@ -69,13 +69,8 @@ def _igemm_bwd_data_kernel(
     MERGE: tl.constexpr, IS_1X1: tl.constexpr, VEC: tl.constexpr, INDEX64: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
-    if VEC == 8:  # lets the compiler prove 16-byte alignment of channel runs
-        CG = (CG // 8) * 8
-        KG = (KG // 8) * 8
-    C_TOTAL = GROUPS * CG
-    K_TOTAL = GROUPS * KG
-    GC = MERGE * CG  # merged output (dX) channels: GEMM N
-    GK = MERGE * KG  # merged reduction (dY) channels
+    C_TOTAL, K_TOTAL, CG, KG, GC, GK = aligned_channels(GROUPS, CG, KG, MERGE, VEC)
+    # GC: merged output (dX) channels, GEMM N; GK: merged reduction (dY) channels
     taps = F_D * F_H * F_W
 
     # Rows of the largest residue class (r = 0) size the grid; axis 0 = class × tiles.
@@ -97,32 +92,31 @@ def _igemm_bwd_data_kernel(
     group_rows = min(num_pid_m - first_m, GROUP_M)
     pid_m = first_m + (pid % pids_in_group) % group_rows
     pid_n = (pid % pids_in_group) // group_rows
-    g0 = group_block * MERGE
+    c0 = group_block * GC  # first dX channel of the merged block (= g0·C/G)
+    k0 = group_block * GK  # first dY channel of the merged block (= g0·K/G)
 
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     if INDEX64:
         rows = rows.to(tl.int64)
-    col_ok = (cols < GC) & (g0 * CG + cols < C_TOTAL)
+    col_ok = (cols < GC) & (c0 + cols < C_TOTAL)
     if MERGE == 1:
         col_in_group = cols  # keeps the contiguity of the channel run visible to the compiler
     else:
         col_group = cols // CG
         col_in_group = cols - col_group * CG
-        if VEC == 8:  # runs of 8 channels stay contiguous and aligned inside a group
-            col_in_group = tl.max_contiguous(tl.multiple_of(col_in_group, 8), 8)
     red = tl.arange(0, BLOCK_K)
     k_blocks = tl.cdiv(GK, BLOCK_K)
 
     # Reduction channel r = kb·BLOCK_K + red: W row (g0·K/G + r) starts at (g0·K/G + r)·taps·C/G.
-    w_red = (g0 * KG + red) * (taps * CG)
+    w_red = (k0 + red) * (taps * CG)
     if INDEX64:
         w_red = w_red.to(tl.int64)
     w_kb_stride = BLOCK_K * taps * CG
 
     if IS_1X1:
         row_ok = rows < m_max
-        dy_row = rows * K_TOTAL + g0 * KG
+        dy_row = rows * K_TOTAL + k0
         dx_row = rows * C_TOTAL
         n_iter = k_blocks
     else:
@@ -144,7 +138,7 @@ def _igemm_bwd_data_kernel(
         dx_row = (((nb * IN_D + r_d + q_d * STR_D) * IN_H + r_h + q_h * STR_H) * IN_W
                   + r_w + q_w * STR_W) * C_TOTAL
         # dY row of the shift-0 output position o = q; each tap adds a scalar offset.
-        dy_row = (((nb * OUT_D + q_d) * OUT_H + q_h) * OUT_W + q_w) * K_TOTAL + g0 * KG
+        dy_row = (((nb * OUT_D + q_d) * OUT_H + q_h) * OUT_W + q_w) * K_TOTAL + k0
         first_d, n_d = _valid_taps(r_d, PAD_D, DIL_D, STR_D, STEP_D, F_D)
         first_h, n_h = _valid_taps(r_h, PAD_H, DIL_H, STR_H, STEP_H, F_H)
         first_w, n_w = _valid_taps(r_w, PAD_W, DIL_W, STR_W, STEP_W, F_W)
@@ -167,7 +161,7 @@ def _igemm_bwd_data_kernel(
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for _ in tl.range(0, n_iter):
         r = kb * BLOCK_K + red
-        r_ok = (r < GK) & (g0 * KG + r < K_TOTAL)
+        r_ok = (r < GK) & (k0 + r < K_TOTAL)
         if IS_1X1:
             a_ptrs = dy_ptr + (dy_row[:, None] + r[None, :])
             a_mask = row_ok[:, None] & r_ok[None, :]
@@ -204,7 +198,7 @@ def _igemm_bwd_data_kernel(
             jh = tl.where(wrap, 0, jh)
             jd += wrap.to(jd.dtype)
 
-    dx_ptrs = dx_ptr + dx_row[:, None] + (g0 * CG + cols)[None, :]
+    dx_ptrs = dx_ptr + dx_row[:, None] + (c0 + cols)[None, :]
     tl.store(dx_ptrs, acc.to(dx_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
 
 

@@ -40,7 +40,7 @@ import triton.language as tl
 
 from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.kernels.base import Launch, Program, cdiv, int_type, pointer_type, tensor_core_constexprs
-from tiledispatch.native.kernels.igemm_fwd import spatial_args
+from tiledispatch.native.kernels.igemm_fwd import aligned_channels, spatial_args
 from tiledispatch.native.problem import ConvProblem, Direction
 
 _SIZE_PARAMS = ("BATCH", "GROUPS", "CG", "KG", "IN_D", "IN_H", "IN_W", "OUT_D", "OUT_H", "OUT_W",
@@ -61,13 +61,8 @@ def _igemm_bwd_weight_kernel(
     MERGE: tl.constexpr, IS_1X1: tl.constexpr, SPLIT_K: tl.constexpr, VEC: tl.constexpr,
     INDEX64: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
-    if VEC == 8:  # lets the compiler prove 16-byte alignment of channel runs
-        CG = (CG // 8) * 8
-        KG = (KG // 8) * 8
-    C_TOTAL = GROUPS * CG
-    K_TOTAL = GROUPS * KG
-    GK = MERGE * KG  # merged output channels: GEMM M
-    GC = MERGE * CG  # merged input channels per tap
+    C_TOTAL, K_TOTAL, CG, KG, GC, GK = aligned_channels(GROUPS, CG, KG, MERGE, VEC)
+    # GK: merged output channels, GEMM M; GC: merged input channels per tap
     taps = F_D * F_H * F_W
     P = BATCH * OUT_D * OUT_H * OUT_W  # reduction length
 
@@ -85,12 +80,13 @@ def _igemm_bwd_weight_kernel(
     pid_n = (pid % pids_in_group) // group_rows
     tap = pid_n // c_tiles
     pid_c = pid_n % c_tiles
-    g0 = group_block * MERGE
+    c0 = group_block * GC  # first input channel of the merged block (= g0·C/G)
+    k0 = group_block * GK  # first output channel of the merged block (= g0·K/G)
 
     ks = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cs = pid_c * BLOCK_N + tl.arange(0, BLOCK_N)
-    k_ok = (ks < GK) & (g0 * KG + ks < K_TOTAL)
-    c_ok = (cs < GC) & (g0 * CG + cs < C_TOTAL)
+    k_ok = (ks < GK) & (k0 + ks < K_TOTAL)
+    c_ok = (cs < GC) & (c0 + cs < C_TOTAL)
 
     # This split's contiguous range of reduction blocks.
     n_blocks = tl.cdiv(P, BLOCK_K)
@@ -100,8 +96,8 @@ def _igemm_bwd_weight_kernel(
     lane = tl.arange(0, BLOCK_K)
     if INDEX64:
         lane = lane.to(tl.int64)
-    dy_col = g0 * KG + ks
-    x_col = g0 * CG + cs
+    dy_col = k0 + ks
+    x_col = c0 + cs
 
     if IS_1X1:
         x_lane = lane * C_TOTAL
@@ -185,8 +181,6 @@ def _igemm_bwd_weight_kernel(
     else:
         c_group = cs // CG
         c_in_group = cs - c_group * CG
-        if VEC == 8:  # runs of 8 channels stay contiguous and aligned inside a group
-            c_in_group = tl.max_contiguous(tl.multiple_of(c_in_group, 8), 8)
         out_mask = out_mask & ((ks // KG)[:, None] == c_group[None, :])
     w_row = (dy_col * taps + tap) * CG
     if INDEX64:

@@ -29,6 +29,27 @@ _SIZE_PARAMS = ("BATCH", "GROUPS", "CG", "KG", "IN_D", "IN_H", "IN_W", "OUT_D", 
 
 
 @triton.jit
+def aligned_channels(GROUPS, CG, KG, MERGE: tl.constexpr, VEC: tl.constexpr):
+    """(C, K, C/G, K/G, MERGE·C/G, MERGE·K/G) written so that, with ``VEC == 8``, the compiler can
+    prove every channel run it loads or stores 16-byte aligned: runs of one group for MERGE = 1;
+    for gmerge only the merged runs (MERGE·C/G, MERGE·K/G and C, K multiples of 8, which the
+    support check guarantees), so groups of 4 channels merged by 2 or more still get 16-byte loads."""
+    if VEC == 8 and MERGE == 1:
+        CG = (CG // 8) * 8
+        KG = (KG // 8) * 8
+    C_TOTAL = GROUPS * CG
+    K_TOTAL = GROUPS * KG
+    GC = MERGE * CG
+    GK = MERGE * KG
+    if VEC == 8 and MERGE > 1:
+        C_TOTAL = (C_TOTAL // 8) * 8
+        K_TOTAL = (K_TOTAL // 8) * 8
+        GC = (GC // 8) * 8
+        GK = (GK // 8) * 8
+    return C_TOTAL, K_TOTAL, CG, KG, GC, GK
+
+
+@triton.jit
 def _igemm_fwd_kernel(
     x_ptr, w_ptr, y_ptr,
     BATCH, GROUPS, CG, KG, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W,
@@ -37,14 +58,9 @@ def _igemm_fwd_kernel(
     MERGE: tl.constexpr, IS_1X1: tl.constexpr, VEC: tl.constexpr, INDEX64: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
-    if VEC == 8:  # lets the compiler prove 16-byte alignment of channel runs
-        CG = (CG // 8) * 8
-        KG = (KG // 8) * 8
-    C_TOTAL = GROUPS * CG
-    K_TOTAL = GROUPS * KG
+    C_TOTAL, K_TOTAL, CG, KG, GC, GK = aligned_channels(GROUPS, CG, KG, MERGE, VEC)
     M = BATCH * OUT_D * OUT_H * OUT_W
-    GC = MERGE * CG  # merged reduction channels
-    GK = MERGE * KG  # merged output channels
+    # GC: merged reduction channels, GK: merged output channels
 
     # Grouped (swizzled) ordering of the (m, n) tiles for L2 reuse of the operand tiles.
     pid = tl.program_id(0)
@@ -56,14 +72,15 @@ def _igemm_fwd_kernel(
     group_rows = min(num_pid_m - first_m, GROUP_M)
     pid_m = first_m + (pid % pids_in_group) % group_rows
     pid_n = (pid % pids_in_group) // group_rows
-    g0 = group_block * MERGE
+    c0 = group_block * GC  # first input channel of the merged block (= g0·C/G)
+    k0 = group_block * GK  # first output channel of the merged block (= g0·K/G)
 
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     if INDEX64:
         rows = rows.to(tl.int64)
     row_ok = rows < M
-    col_ok = (cols < GK) & (g0 * KG + cols < K_TOTAL)
+    col_ok = (cols < GK) & (k0 + cols < K_TOTAL)
 
     if IS_1X1:
         x_row = rows * C_TOTAL
@@ -80,7 +97,7 @@ def _igemm_fwd_kernel(
 
     taps = F_D * F_H * F_W
     k_blocks = tl.cdiv(GC, BLOCK_K)
-    w_col = (g0 * KG + cols) * (taps * CG)  # start of each output channel's filter
+    w_col = (k0 + cols) * (taps * CG)  # start of each output channel's filter
     if INDEX64:
         w_col = w_col.to(tl.int64)
     col_group = cols // KG
@@ -90,9 +107,9 @@ def _igemm_fwd_kernel(
     for it in tl.range(0, taps * k_blocks):
         tap = it // k_blocks
         r = (it % k_blocks) * BLOCK_K + red
-        r_ok = (r < GC) & (g0 * CG + r < C_TOTAL)
+        r_ok = (r < GC) & (c0 + r < C_TOTAL)
         if IS_1X1:
-            a_ptrs = x_ptr + (x_row[:, None] + (g0 * CG + r)[None, :])
+            a_ptrs = x_ptr + (x_row[:, None] + (c0 + r)[None, :])
             a_mask = row_ok[:, None] & r_ok[None, :]
         else:
             tw = tap % F_W
@@ -103,7 +120,7 @@ def _igemm_fwd_kernel(
             i_w = base_w + tw * DIL_W
             in_ok = row_ok & (i_d >= 0) & (i_d < IN_D) & (i_h >= 0) & (i_h < IN_H) & (i_w >= 0) & (i_w < IN_W)
             x_row = (((nb * IN_D + i_d) * IN_H + i_h) * IN_W + i_w) * C_TOTAL
-            a_ptrs = x_ptr + (x_row[:, None] + (g0 * CG + r)[None, :])
+            a_ptrs = x_ptr + (x_row[:, None] + (c0 + r)[None, :])
             a_mask = in_ok[:, None] & r_ok[None, :]
         a = tl.load(a_ptrs, mask=a_mask, other=0.0)
         if MERGE == 1:
@@ -116,7 +133,7 @@ def _igemm_fwd_kernel(
         b = tl.load(b_ptrs, mask=b_mask, other=0.0)
         acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
 
-    y_ptrs = y_ptr + (rows * K_TOTAL)[:, None] + (g0 * KG + cols)[None, :]
+    y_ptrs = y_ptr + (rows * K_TOTAL)[:, None] + (k0 + cols)[None, :]
     tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
 
 

@@ -20,6 +20,10 @@ SHAPES_2D = {
                           stride=(2, 2), dilation=(1, 1), pad_begin=(2, 1), pad_end=(2, 1)),
     "aligned_1x1": dict(batch=4, groups=2, in_channels=32, out_channels=16, input_size=(4, 5), filter_size=(1, 1),
                         stride=(1, 1), dilation=(1, 1), pad_begin=(0, 0), pad_end=(0, 0)),
+    # 4 channels per group: only the merged runs are 8-aligned (gmerge v8); 6 groups leave a
+    # partial last block when 4 are merged.
+    "small_groups": dict(batch=6, groups=6, in_channels=24, out_channels=24, input_size=(5, 6), filter_size=(3, 3),
+                         stride=(2, 1), dilation=(1, 1), pad_begin=(1, 1), pad_end=(0, 1)),
 }
 SHAPES_3D = {
     "grouped_odd": dict(batch=3, groups=2, in_channels=6, out_channels=10, input_size=(3, 4, 5),
@@ -30,12 +34,15 @@ SHAPES_3D = {
     "aligned_1x1": dict(batch=3, groups=2, in_channels=16, out_channels=16, input_size=(2, 3, 4),
                         filter_size=(1, 1, 1), stride=(1, 1, 1), dilation=(1, 1, 1), pad_begin=(0, 0, 0),
                         pad_end=(0, 0, 0)),
+    "small_groups": dict(batch=3, groups=6, in_channels=24, out_channels=24, input_size=(3, 4, 5),
+                         filter_size=(3, 3, 3), stride=(1, 1, 2), dilation=(1, 1, 1), pad_begin=(1, 1, 1),
+                         pad_end=(1, 1, 0)),
 }
 
 # Which shapes each family is exercised on (each must be supported by the family).
 FAMILY_SHAPES = {
     Family.IGEMM: ("grouped_odd", "stride3", "depthwise"),
-    Family.GMERGE: ("grouped_odd", "dw_multiplier", "depthwise"),
+    Family.GMERGE: ("grouped_odd", "dw_multiplier", "depthwise", "small_groups"),
     Family.GEMM1X1: ("aligned_1x1",),
     Family.DIRECT: ("depthwise", "dw_multiplier", "grouped_odd", "stride3"),
 }
@@ -72,6 +79,8 @@ def cases(ndims=(2, 3)):
                         variants.append(dict(index64=True))
                     if family is Family.GMERGE and label == "dw_multiplier":
                         variants = [dict(merge=4)]  # 5 groups: the last block is partial
+                    if family is Family.GMERGE and label == "small_groups":
+                        variants = [dict(merge=2, vec=8), dict(merge=4, vec=8)]
                     if direction is Direction.BACKWARD_WEIGHT:
                         variants += [dict(v, split_k=4) for v in variants]
                     for variant in variants:
