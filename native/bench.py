@@ -43,7 +43,7 @@ from typing import Any
 
 from tiledispatch.native.accuracy import RELATIVE_ERROR_LIMIT
 from tiledispatch.native.configs import KernelConfig, parse_kernel_name
-from tiledispatch.native.problem import ConvProblem, Direction
+from tiledispatch.native.problem import ConvProblem, Direction, DType
 
 CUDNN = "cudnn"                        # cuDNN autotuned: cudnn.benchmark=True
 CUDNN_HEURISTIC = "cudnn_heuristic"    # cuDNN's own heuristic pick: cudnn.benchmark=False
@@ -446,8 +446,20 @@ def measure_iter(problem: ConvProblem, configs: list[KernelConfig], registry: An
         notify(CUDNN)
         yield measure_cudnn(setup, ceilings, settings)
         notify(CUDNN_HEURISTIC)
-        yield measure_cudnn(setup, ceilings, settings, autotune=False)
+        yield _in_fresh_thread(lambda: measure_cudnn(setup, ceilings, settings, autotune=False))
     torch.cuda.empty_cache()
+
+
+def _in_fresh_thread(fn):
+    """Run ``fn`` on a new thread: PyTorch's cuDNN plan cache is per thread and its key ignores
+    ``cudnn.benchmark``, so on the sweep's own thread the heuristic call would reuse the autotuned plan."""
+    import threading
+
+    result: list = []
+    thread = threading.Thread(target=lambda: result.append(fn()))
+    thread.start()
+    thread.join()
+    return result[0]
 
 
 def select_configs(problem: ConvProblem, registry: Any, settings: BenchSettings, exclude: Iterable[str] = ()) -> list:
@@ -672,7 +684,7 @@ def load_problems(path: Path | str, directions: Iterable[str], dtype: str) -> li
             out.extend(ConvProblem.from_suite_entry(entry, d, dtype) for d in directions)
         else:
             base = ConvProblem.from_dict(entry)
-            out.extend(replace(base, direction=Direction.parse(d)) for d in directions)
+            out.extend(replace(base, direction=Direction.parse(d), dtype=DType.parse(dtype)) for d in directions)
     return out
 
 
