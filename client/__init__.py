@@ -8,20 +8,23 @@ lightgbm), so any framework can depend on it.
 """
 
 from .client import BenchmarkSummary, Candidate, Client, Measurement, RunResult, Selection, resolve_target
+from .credentials import Tls
 from .errors import (
     DeadlineExceededError,
     FailedPreconditionError,
     InternalError,
     InvalidArgumentError,
     NotFoundError,
+    PermissionDeniedError,
     ResourceExhaustedError,
     TileDispatchError,
+    UnauthenticatedError,
     UnavailableError,
     UnimplementedError,
 )
 from .problem import Problem
 
 __all__ = ["BenchmarkSummary", "Candidate", "Client", "DeadlineExceededError", "FailedPreconditionError",
-           "InternalError", "InvalidArgumentError", "Measurement", "NotFoundError", "Problem",
-           "ResourceExhaustedError", "RunResult", "Selection", "TileDispatchError", "UnavailableError",
-           "UnimplementedError", "resolve_target"]
+           "InternalError", "InvalidArgumentError", "Measurement", "NotFoundError", "PermissionDeniedError", "Problem",
+           "ResourceExhaustedError", "RunResult", "Selection", "TileDispatchError", "Tls", "UnauthenticatedError",
+           "UnavailableError", "UnimplementedError", "resolve_target"]

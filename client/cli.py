@@ -1,16 +1,20 @@
-"""Client commands of ``tiledispatch``: ``select``, ``run``, ``bench``, ``kernels``, ``models``, ``info``.
+"""Client commands of ``tiledispatch``: ``select``, ``run``, ``bench``, ``kernels``, ``models``, ``info``,
+``lift-quarantine``.
 
 The problem is given as flags (``--direction fwd --dtype bf16 --n 32 --g 32 --c 128 --k 128
 --input 56,56 --filter 3,3 --stride 1,1 --pad 1,1 --dilation 1,1``; ``--pad-begin``/``--pad-end``
 for asymmetric padding) or as JSON (``--problem-json '{...}'`` or ``--problem-json @file.json``).
 Output is a readable table, or JSON with ``--json``. The server is ``--target`` (default
-``$TILEDISPATCH_TARGET`` or 127.0.0.1:50051).
+``$TILEDISPATCH_TARGET`` or 127.0.0.1:50051). Security: ``--token`` (``$TILEDISPATCH_TOKEN``),
+``--tls`` with ``--ca-cert``, and ``--client-cert``/``--client-key`` for mutual TLS (each also from
+``$TILEDISPATCH_TLS_CA``, ``$TILEDISPATCH_TLS_CLIENT_CERT``, ``$TILEDISPATCH_TLS_CLIENT_KEY``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -19,10 +23,11 @@ from typing import Any
 import numpy as np
 
 from .client import BenchmarkSummary, Client, Measurement
+from .credentials import Tls
 from .errors import TileDispatchError
 from .problem import Problem
 
-COMMANDS = ("select", "run", "bench", "kernels", "models", "info")
+COMMANDS = ("select", "run", "bench", "kernels", "models", "info", "lift-quarantine")
 
 
 def _dims(text: str) -> tuple[int, ...]:
@@ -38,6 +43,25 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
                              "127.0.0.1:50051)")
     parser.add_argument("--timeout", type=float, default=None, help="deadline per call, seconds")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    env = os.environ.get
+    parser.add_argument("--token", default=env("TILEDISPATCH_TOKEN"),
+                        help="bearer token (default $TILEDISPATCH_TOKEN)")
+    parser.add_argument("--tls", action="store_true", help="connect with TLS (implied by the options below)")
+    parser.add_argument("--ca-cert", default=env("TILEDISPATCH_TLS_CA"),
+                        help="PEM CA of the server's certificate (default $TILEDISPATCH_TLS_CA; else system roots)")
+    parser.add_argument("--client-cert", default=env("TILEDISPATCH_TLS_CLIENT_CERT"),
+                        help="PEM client certificate for mutual TLS (default $TILEDISPATCH_TLS_CLIENT_CERT)")
+    parser.add_argument("--client-key", default=env("TILEDISPATCH_TLS_CLIENT_KEY"),
+                        help="PEM key of --client-cert (default $TILEDISPATCH_TLS_CLIENT_KEY)")
+    parser.add_argument("--server-name", default="", help="name to check the server's certificate against")
+
+
+def tls_from_args(args: argparse.Namespace) -> Tls | None:
+    """The TLS settings the flags ask for; ``None``: plaintext."""
+    if not (args.tls or args.ca_cert or args.client_cert or args.client_key or args.server_name):
+        return None
+    return Tls(ca_cert=args.ca_cert, client_cert=args.client_cert, client_key=args.client_key,
+               server_name=args.server_name)
 
 
 def _add_problem(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -117,6 +141,9 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         parser.description = "List the models the server ranks with."
     elif command == "info":
         parser.description = "Show the server's GPU, versions, registry and models."
+    elif command == "lift-quarantine":
+        parser.description = "Admin: return a quarantined kernel to selection (needs an admin token)."
+        parser.add_argument("kernel", help="canonical kernel name")
     return parser
 
 
@@ -241,7 +268,20 @@ def _info(client: Client, args: argparse.Namespace) -> None:
         print(f"{key:<22}{value}")
 
 
-_HANDLERS = {"select": _select, "run": _run, "bench": _bench, "kernels": _kernels, "models": _models, "info": _info}
+def _lift_quarantine(client: Client, args: argparse.Namespace) -> None:
+    answer = client.lift_quarantine(args.kernel)
+    if args.json:
+        _print_json(answer)
+        return
+    if answer["was_quarantined"]:
+        print(f"lifted the quarantine of {args.kernel} (was: {answer['reason']})")
+    else:
+        print(f"{args.kernel} was not quarantined")
+    print(f"quarantined kernels: {answer['quarantined_kernels']}")
+
+
+_HANDLERS = {"select": _select, "run": _run, "bench": _bench, "kernels": _kernels, "models": _models, "info": _info,
+             "lift-quarantine": _lift_quarantine}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -253,7 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = args_list[0]
     args = build_parser(command).parse_args(args_list[1:])
     try:
-        with Client(args.target, timeout=args.timeout) as client:
+        with Client(args.target, timeout=args.timeout, tls=tls_from_args(args), token=args.token) as client:
             _HANDLERS[command](client, args)
     except TileDispatchError as error:
         field = f" [field {error.field}]" if error.field else ""

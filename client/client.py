@@ -6,6 +6,9 @@ torch, triton or lightgbm. Every call has a deadline (``timeout``, default 30 s 
 exponential backoff and jitter within that deadline; failures raise the typed errors of
 :mod:`.errors`.
 
+Security: ``tls=True`` (system roots) or ``tls=Tls(ca_cert=..., client_cert=..., client_key=...)``
+for TLS and mutual TLS; ``token=...`` sends a bearer token with every call (docs/security.md).
+
 Several replicas: pass a list of ``host:port`` IP literals (one ``ipv4:``/``ipv6:`` target), or one
 ``dns:///name:port`` target whose name resolves to every replica (a Kubernetes headless Service);
 either way calls are spread with gRPC's ``round_robin`` policy.
@@ -30,6 +33,7 @@ from tiledispatch.v1 import codec
 from tiledispatch.v1 import tiledispatch_pb2 as pb
 from tiledispatch.v1 import tiledispatch_pb2_grpc as pb_grpc
 
+from .credentials import Tls, as_tls, bearer_metadata
 from .errors import TileDispatchError, from_rpc_error
 from .problem import ProblemLike, as_proto
 
@@ -141,7 +145,7 @@ class Client:
 
     def __init__(self, target: str | Sequence[str] | None = None, *, timeout: float | None = None,
                  retries: int = 4, backoff_s: float = 0.1, max_backoff_s: float = 2.0, max_message_mb: int = 1024,
-                 options: Iterable[tuple[str, Any]] = ()):
+                 options: Iterable[tuple[str, Any]] = (), tls: bool | Tls | None = None, token: str | None = None):
         self.target = resolve_target(target)
         self.timeout = float(timeout if timeout is not None else os.environ.get("TILEDISPATCH_TIMEOUT_S")
                              or DEFAULT_TIMEOUT_S)
@@ -153,7 +157,14 @@ class Client:
                            ("grpc.service_config", _ROUND_ROBIN),
                            ("grpc.enable_retries", 0),  # retries are ours: UNAVAILABLE only, bounded
                            *options]
-        self._channel = grpc.insecure_channel(self.target, options=channel_options)
+        self._metadata = bearer_metadata(token)
+        settings = as_tls(tls)
+        if settings is None:
+            self._channel = grpc.insecure_channel(self.target, options=channel_options)
+        else:
+            if settings.server_name:
+                channel_options.append(("grpc.ssl_target_name_override", settings.server_name))
+            self._channel = grpc.secure_channel(self.target, settings.credentials(), options=channel_options)
         self._stub = pb_grpc.TileDispatchServiceStub(self._channel)
 
     def close(self) -> None:
@@ -258,13 +269,20 @@ class Client:
         """GPU, arch, versions, registry size and models of the server."""
         return to_dict(self._unary(self._stub.GetServerInfo, pb.GetServerInfoRequest(), timeout))
 
+    def lift_quarantine(self, kernel: str, *, timeout: float | None = None) -> dict[str, Any]:
+        """Admin: return a quarantined kernel to selection (needs a token with the ``admin`` scope
+        when the server authenticates). ``was_quarantined`` is false when it was not quarantined."""
+        response = self._unary(self._stub.LiftQuarantine, pb.LiftQuarantineRequest(kernel=kernel), timeout)
+        return {"kernel": kernel, "was_quarantined": response.was_quarantined, "reason": response.reason,
+                "quarantined_kernels": response.quarantined_kernels}
+
     # ---- transport -------------------------------------------------------------------------------
     def _unary(self, method: Callable, request: Any, timeout: float | None) -> Any:
         deadline = time.monotonic() + (timeout if timeout is not None else self.timeout)
         attempt = 0
         while True:
             try:
-                return method(request, timeout=max(0.001, deadline - time.monotonic()))
+                return method(request, timeout=max(0.001, deadline - time.monotonic()), metadata=self._metadata)
             except grpc.RpcError as error:
                 self._retry_or_raise(error, attempt, deadline)
             attempt += 1
@@ -275,7 +293,8 @@ class Client:
         while True:
             received = False
             try:
-                for item in method(request, timeout=max(0.001, deadline - time.monotonic())):
+                for item in method(request, timeout=max(0.001, deadline - time.monotonic()),
+                                   metadata=self._metadata):
                     received = True
                     yield item
                 return

@@ -51,6 +51,14 @@ class InternalError(TileDispatchError):
     pass
 
 
+class UnauthenticatedError(TileDispatchError):
+    """No token, or one the server does not know."""
+
+
+class PermissionDeniedError(TileDispatchError):
+    """A known token without the scope the method needs."""
+
+
 _BY_CODE = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
     grpc.StatusCode.NOT_FOUND: NotFoundError,
@@ -60,6 +68,8 @@ _BY_CODE = {
     grpc.StatusCode.UNIMPLEMENTED: UnimplementedError,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
     grpc.StatusCode.INTERNAL: InternalError,
+    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
 }
 
 

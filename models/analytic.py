@@ -93,6 +93,12 @@ class AnalyticPredictor:
         return self.predict_table_us(problem, config_table(configs))
 
     def predict_table_us(self, problem: ConvProblem, t: dict[str, np.ndarray]) -> np.ndarray:
+        return self.breakdown(problem, t)["time_us"]
+
+    def breakdown(self, problem: ConvProblem, t: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Every intermediate of the model, per config: ``ctas``, ``cta_flops`` (executed),
+        ``per_sm`` (resident CTAs), ``waves``, ``compute_us``, ``memory_us``, ``launches`` and
+        ``time_us`` (the prediction). The feature engine uses them as interaction features."""
         spec, p = self.spec, problem
         bm, bn, bk, warps, stages = t["block_m"], t["block_n"], t["block_k"], t["num_warps"], t["num_stages"]
         split, merge = t["split_k"], t["merge"]
@@ -157,4 +163,6 @@ class AnalyticPredictor:
         memory_s = (p.min_bytes + workspace) / bandwidth
 
         launches = 1 + (split > 1)
-        return launches * LAUNCH_US + np.maximum(compute_s, memory_s) * 1e6
+        return {"ctas": ctas, "cta_flops": cta_flops, "per_sm": per_sm, "waves": waves,
+                "compute_us": compute_s * 1e6, "memory_us": memory_s * 1e6, "launches": launches,
+                "time_us": launches * LAUNCH_US + np.maximum(compute_s, memory_s) * 1e6}

@@ -103,6 +103,14 @@ class Catalog:
         with self._lock:  # copy-on-write: readers iterate a dict that never changes under them
             self._quarantined = {**self._quarantined, name: reason}
 
+    def release(self, name: str) -> str | None:
+        """Return a kernel to selection; the reason it was quarantined, or ``None`` if it was not."""
+        with self._lock:
+            remaining = dict(self._quarantined)
+            reason = remaining.pop(name, None)
+            self._quarantined = remaining
+        return reason
+
     def quarantine_reason(self, name: str) -> str | None:
         return self._quarantined.get(name)
 

@@ -11,6 +11,8 @@ flag                               environment variable            default
 ``--db``                           ``TILEDISPATCH_DB``             ``$TILEDISPATCH_HOME/tuning.sqlite``
 ``--max-message-mb``               ``TILEDISPATCH_MAX_MESSAGE_MB`` ``64`` (request and response messages)
 ``--max-concurrency``              ``TILEDISPATCH_MAX_CONCURRENCY`` ``64`` RPCs in flight, then RESOURCE_EXHAUSTED
+``--max-queue``                    ``TILEDISPATCH_MAX_QUEUE``      ``32`` Run/Benchmark/AUTOTUNE calls admitted (running
+                                                                   or queued for a GPU worker), then RESOURCE_EXHAUSTED
 ``--log-level``                    ``TILEDISPATCH_LOG_LEVEL``      ``INFO``
 ``--arch``                         ``TILEDISPATCH_ARCH``           ``auto``: the GPU's, else ``sm_90`` (H200 figures)
 ``--gpus``                         ``TILEDISPATCH_GPUS``           ``auto`` (probe), ``none``, or indices ``0,1``
@@ -22,6 +24,13 @@ flag                               environment variable            default
 ``--threads``                      ``TILEDISPATCH_THREADS``        ``8`` threads for blocking work (each executor)
 ``--grace-s``                      ``TILEDISPATCH_GRACE_S``        ``10`` seconds for in-flight RPCs at shutdown
 ``--worker-handler``               ``TILEDISPATCH_WORKER_HANDLER`` the GPU handler (``module:factory``; tests swap it)
+``--tls-cert``                     ``TILEDISPATCH_TLS_CERT``       empty: plaintext; a PEM certificate (chain): TLS
+``--tls-key``                      ``TILEDISPATCH_TLS_KEY``        the certificate's PEM private key
+``--tls-client-ca``                ``TILEDISPATCH_TLS_CLIENT_CA``  empty; a PEM CA bundle: mutual TLS (clients must
+                                                                   present a certificate it signed)
+``--auth-tokens-file``             ``TILEDISPATCH_AUTH_TOKENS_FILE`` empty: no authentication; a file of
+                                                                   ``name scopes token`` lines: bearer tokens
+                                                                   (docs/security.md)
 =================================  ==============================  ================================================
 
 ``TILEDISPATCH_HOME`` (default ``~/.cache/tiledispatch``) holds the default database and registry.
@@ -65,6 +74,7 @@ class Settings:
     db: Path = Path("tuning.sqlite")
     max_message_mb: int = 64
     max_concurrency: int = 64
+    max_queue: int = 32
     log_level: str = "INFO"
     arch: str = "auto"
     gpus: str = "auto"
@@ -75,6 +85,10 @@ class Settings:
     threads: int = 8
     grace_s: float = 10.0
     worker_handler: str = DEFAULT_WORKER_HANDLER
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_client_ca: str = ""
+    auth_tokens_file: str = ""
 
     @property
     def max_message_bytes(self) -> int:
@@ -99,6 +113,7 @@ _HELP = {
     "db": "tuning database (SQLite file)",
     "max_message_mb": "largest request/response message, MiB",
     "max_concurrency": "RPCs in flight before RESOURCE_EXHAUSTED",
+    "max_queue": "Run/Benchmark/AUTOTUNE calls admitted (running or queued) before RESOURCE_EXHAUSTED",
     "log_level": "DEBUG, INFO, WARNING or ERROR",
     "arch": "compute target or device spec (sm_90, h100_sxm, ...); auto: from the GPU, else sm_90",
     "gpus": "auto, none, or device indices like 0,1",
@@ -109,6 +124,10 @@ _HELP = {
     "threads": "threads per executor for blocking work",
     "grace_s": "seconds granted to in-flight RPCs at shutdown",
     "worker_handler": "module:factory of the GPU worker's handler",
+    "tls_cert": "PEM certificate (chain) of the gRPC port: TLS on (empty: plaintext)",
+    "tls_key": "PEM private key of --tls-cert",
+    "tls_client_ca": "PEM CA bundle: require client certificates it signed (mutual TLS)",
+    "auth_tokens_file": "bearer tokens, 'name scopes token' per line (empty: no authentication)",
 }
 
 
@@ -151,6 +170,16 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str] | None = None
         problems.append("--max-message-mb must be >= 1")
     if settings.max_concurrency < 1:
         problems.append("--max-concurrency must be >= 1")
+    if settings.max_queue < 1:
+        problems.append("--max-queue must be >= 1")
+    if bool(settings.tls_cert) != bool(settings.tls_key):
+        problems.append("--tls-cert and --tls-key go together")
+    if settings.tls_client_ca and not settings.tls_cert:
+        problems.append("--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key")
+    for name in ("tls_cert", "tls_key", "tls_client_ca", "auth_tokens_file"):
+        value = getattr(settings, name)
+        if value and not Path(value).expanduser().is_file():
+            problems.append(f"--{name.replace('_', '-')}: no such file {value!r}")
     if settings.threads < 1:
         problems.append("--threads must be >= 1")
     if settings.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):

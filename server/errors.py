@@ -13,8 +13,8 @@ import grpc
 from tiledispatch.native.problem import ProblemError
 from tiledispatch.v1.codec import FIELD_METADATA_KEY, TensorError
 
-__all__ = ["FIELD_METADATA_KEY", "FailedPrecondition", "InvalidArgument", "KernelFault", "NotFound",
-           "ResourceExhausted", "ServiceError", "Unavailable", "Unimplemented", "to_status"]
+__all__ = ["FIELD_METADATA_KEY", "DeadlineExceeded", "FailedPrecondition", "InvalidArgument", "KernelFault",
+           "NotFound", "ResourceExhausted", "ServiceError", "Unavailable", "Unimplemented", "to_status"]
 
 
 class ServiceError(Exception):
@@ -46,6 +46,10 @@ class ResourceExhausted(ServiceError):
     """A size or concurrency limit."""
 
 
+class DeadlineExceeded(ServiceError):
+    """The call's deadline passed while it waited (for a thread or a GPU worker): it did not run."""
+
+
 class Unavailable(ServiceError):
     """Not ready yet (loading) or shutting down: the one error worth retrying."""
 
@@ -68,6 +72,7 @@ _CODES: dict[type[ServiceError], grpc.StatusCode] = {
     FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
+    DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
     Unimplemented: grpc.StatusCode.UNIMPLEMENTED,
     KernelFault: grpc.StatusCode.INTERNAL,
 }

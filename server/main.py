@@ -26,13 +26,16 @@ from tiledispatch.native.arch import ArchSpec, arch_for_device_name, get_arch
 from tiledispatch.v1 import tiledispatch_pb2_grpc as pb_grpc
 
 from . import logs
+from .auth import AuthConfigError, TokenAuth
 from .catalog import Catalog
 from .config import Settings, parse_settings
 from .device import probe_gpus, software_versions
+from .interceptors import AuthInterceptor, DecodeInterceptor
 from .metrics import Metrics
 from .predictors import ModelStore
 from .service import Dispatcher, Environment
 from .servicer import SERVICE_NAME, Servicer
+from .tls import TlsConfigError, server_credentials
 from .tuning_db import TuningDB
 from .worker import WorkerPool
 
@@ -89,13 +92,21 @@ async def serve(settings: Settings, *, on_listening: Callable[[int], None] | Non
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
     metrics = Metrics()
+    try:
+        credentials = server_credentials(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+        auth = TokenAuth.from_file(settings.auth_tokens_file) if settings.auth_tokens_file else None
+    except (TlsConfigError, AuthConfigError, OSError) as error:
+        log.error("bad security settings", extra={"error": str(error)})
+        return 1
+    interceptors = [DecodeInterceptor()] if auth is None else [AuthInterceptor(auth, metrics), DecodeInterceptor()]
     fast = ThreadPoolExecutor(settings.threads, thread_name_prefix="td-fast")
     heavy = ThreadPoolExecutor(settings.threads, thread_name_prefix="td-heavy")
     limit = settings.max_message_bytes
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
+    server = grpc.aio.server(interceptors=interceptors,
+                             options=[("grpc.max_receive_message_length", limit),
                                       ("grpc.max_send_message_length", limit),
                                       ("grpc.so_reuseport", 0)])  # a taken port must fail, not be shared
-    servicer = Servicer(metrics, fast, heavy, settings.max_concurrency)
+    servicer = Servicer(metrics, fast, heavy, settings.max_concurrency, settings.max_queue)
     pb_grpc.add_TileDispatchServiceServicer_to_server(servicer, server)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
@@ -103,14 +114,18 @@ async def serve(settings: Settings, *, on_listening: Callable[[int], None] | Non
         await health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     reflection.enable_server_reflection((SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                                          reflection.SERVICE_NAME), server)
+    address = f"{settings.host}:{settings.port}"
     try:
-        port = server.add_insecure_port(f"{settings.host}:{settings.port}")
+        port = (server.add_secure_port(address, credentials) if credentials is not None
+                else server.add_insecure_port(address))
     except RuntimeError as error:
         log.error("cannot listen", extra={"address": f"{settings.host}:{settings.port}", "error": str(error)})
         return 1
     await server.start()
     stop_metrics = metrics.serve(settings.host, settings.metrics_port) if settings.metrics_port else None
-    log.info("listening", extra={"address": f"{settings.host}:{port}", "metrics_port": settings.metrics_port})
+    log.info("listening", extra={"address": f"{settings.host}:{port}", "metrics_port": settings.metrics_port,
+                                 "tls": "mutual" if settings.tls_client_ca else "on" if credentials else "off",
+                                 "auth": "tokens" if auth is not None else "off"})
     if on_listening:
         on_listening(port)
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -46,6 +46,10 @@ class Metrics:
                                      registry=r)
         self.registry_size = Gauge("tiledispatch_registry_kernels", "Kernels selection chooses from", registry=r)
         self.quarantined = Gauge("tiledispatch_quarantined_kernels", "Kernels excluded after a fault", registry=r)
+        self.auth_refused = Counter("tiledispatch_auth_refused", "Calls refused by authentication, by method and code",
+                                    ["method", "code"], registry=r)
+        self.shed = Counter("tiledispatch_rpc_shed", "Calls shed with RESOURCE_EXHAUSTED, by the limit that shed them",
+                            ["limit"], registry=r)
         self.ready = Gauge("tiledispatch_ready", "1 when the service is SERVING", registry=r)
         self.gpu_workers = Gauge("tiledispatch_gpu_workers", "GPU worker processes configured", registry=r)
         self._hits = 0

@@ -22,8 +22,9 @@ from tiledispatch.native.reference import run_reference
 from tiledispatch.native.support import is_supported
 from tiledispatch.v1 import codec
 
+from . import deadlines
 from .catalog import Catalog, KernelEntry
-from .errors import FailedPrecondition, InvalidArgument, KernelFault, ResourceExhausted
+from .errors import FailedPrecondition, InvalidArgument, KernelFault, ResourceExhausted, ServiceError
 from .metrics import Metrics
 from .predictors import ModelDescription, ModelStore, describe
 from .selection import DEFAULT_TOP_K, Candidate, Selection, Selector, SelectQuery, Source
@@ -124,6 +125,14 @@ class ServerInfo:
     quarantined_kernels: int
     tuning_db_rows: int
     max_message_bytes: int
+
+
+@dataclass(frozen=True)
+class QuarantineLifted:
+    kernel: str
+    was_quarantined: bool
+    reason: str
+    quarantined_kernels: int
 
 
 @dataclass
@@ -305,19 +314,40 @@ class Dispatcher:
 
     def _gpu_call(self, op: str, payload: dict, kernel: str) -> dict:
         try:
-            return self.gpu.call(op, payload, kernel)
+            return self.gpu.call(op, payload, kernel, deadline=deadlines.current())
         except KernelFault as fault:
             self.quarantine(kernel, fault.message)
             raise
+        except WorkerError as error:
+            if error.kind == "RegistryError":  # a binary missing from the artifact cache: the server's state
+                raise FailedPrecondition(error.message, field="kernel") from None
+            raise
 
     def quarantine(self, kernel: str, reason: str) -> None:
-        """Exclude a kernel from selection, here and (persisted) after a restart."""
+        """Exclude a kernel from selection, here and (persisted) after a restart. The in-memory
+        quarantine always holds; a database that cannot take the write (full disk) is logged."""
         log.error("kernel quarantined", extra={"kernel": kernel, "reason": reason})
-        self.db.quarantine(kernel, self.env.device_spec, reason)
         self.catalog.quarantine(kernel, reason)
         self.selector.invalidate()
         self.metrics.kernel_faults.inc()
         self.metrics.quarantined.set(self.catalog.quarantined_count)
+        try:
+            self.db.quarantine(kernel, self.env.device_spec, reason)
+        except ServiceError as error:
+            log.error("quarantine not persisted", extra={"kernel": kernel, "error": error.details})
+
+    def lift_quarantine(self, kernel: str) -> QuarantineLifted:
+        """Return a quarantined kernel to selection, here and in the database (an operator's call)."""
+        self.catalog.get(kernel)  # NOT_FOUND for a kernel this server does not have
+        reason = self.catalog.release(kernel)
+        persisted = self.db.quarantined(self.env.device_spec).get(kernel)
+        released = self.db.release(kernel, self.env.device_spec)
+        self.selector.invalidate()
+        self.metrics.quarantined.set(self.catalog.quarantined_count)
+        was = reason is not None or released
+        if was:
+            log.warning("kernel quarantine lifted", extra={"kernel": kernel, "reason": reason or persisted})
+        return QuarantineLifted(kernel, was, reason or persisted or "", self.catalog.quarantined_count)
 
     # ---- listings --------------------------------------------------------------------------------
     def list_kernels(self, query: ListKernelsQuery) -> list[KernelEntry]:
@@ -361,8 +391,9 @@ def from_wire(array: np.ndarray, dtype: DType) -> np.ndarray:
 
 def _run_cpu_reference(problem: ConvProblem, first: np.ndarray, second: np.ndarray):
     start = time.perf_counter()
-    result = run_reference(problem, from_wire(first, problem.dtype), from_wire(second, problem.dtype))
-    output = to_wire(result.astype(np.float32) if problem.dtype is DType.BF16 else result, problem.dtype)
+    with np.errstate(all="ignore"):  # NaN/Inf inputs give NaN/Inf outputs, as on the GPU
+        result = run_reference(problem, from_wire(first, problem.dtype), from_wire(second, problem.dtype))
+        output = to_wire(result.astype(np.float32) if problem.dtype is DType.BF16 else result, problem.dtype)
     return output, (time.perf_counter() - start) * 1e6, "cpu_reference"
 
 
@@ -371,4 +402,4 @@ def _finite(value: float) -> float | None:
 
 
 __all__ = ["DEFAULT_TOP_K", "BenchmarkQuery", "BenchmarkSummary", "Dispatcher", "Environment", "ListKernelsQuery",
-           "Measured", "RunQuery", "RunResult", "ServerInfo", "generate_inputs"]
+           "Measured", "QuarantineLifted", "RunQuery", "RunResult", "ServerInfo", "generate_inputs"]

@@ -8,6 +8,7 @@ pipeline, ``export``) never block the server. One connection guarded by a lock: 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
@@ -17,7 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .errors import ResourceExhausted
+
 SCHEMA_VERSION = 1
+_SQLITE_FULL = 13
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -48,6 +52,11 @@ CREATE TABLE IF NOT EXISTS quarantine (
     PRIMARY KEY (kernel, device)
 );
 """
+
+
+class DatabaseFull(ResourceExhausted):
+    """The disk (or file system) under the database is full: the write was rolled back, nothing
+    already stored is lost, reads keep working; writes succeed again once there is space."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +121,7 @@ class TuningDB:
                   for r in rows]
         if not values:
             return 0
-        with self._lock, self._transaction():
+        with self._lock, self._write():
             self._conn.executemany(
                 "INSERT INTO measurements (problem_key, problem_json, kernel, arch, device, gpu_name, median_us,"
                 " min_us, graph_us, status, relative_error, error, source, measured_at, server_version)"
@@ -120,13 +129,13 @@ class TuningDB:
         return len(values)
 
     def quarantine(self, kernel: str, device: str, reason: str) -> None:
-        with self._lock, self._transaction():
+        with self._lock, self._write():
             self._conn.execute("INSERT OR REPLACE INTO quarantine (kernel, device, reason, since) VALUES (?, ?, ?, ?)",
                                (kernel, device, reason, time.time()))
 
     def release(self, kernel: str, device: str) -> bool:
         """Lift a quarantine (an operator's decision after a fix); True if there was one."""
-        with self._lock, self._transaction():
+        with self._lock, self._write():
             cursor = self._conn.execute("DELETE FROM quarantine WHERE kernel=? AND device=?", (kernel, device))
         return cursor.rowcount > 0
 
@@ -193,13 +202,23 @@ class TuningDB:
         return count
 
     # ---- helpers -------------------------------------------------------------------------------
-    def _transaction(self):
-        return _Transaction(self._conn)
+    @contextlib.contextmanager
+    def _write(self):
+        """One write transaction; a full disk becomes :class:`DatabaseFull` (RESOURCE_EXHAUSTED)."""
+        try:
+            with _Transaction(self._conn):
+                yield
+        except sqlite3.Error as error:
+            if getattr(error, "sqlite_errorcode", None) == _SQLITE_FULL or "full" in str(error).lower():
+                raise DatabaseFull(f"tuning database {self.path}: the disk is full ({error}); the write was rolled "
+                                   "back, stored rows are intact") from None
+            raise
 
 
 class _Transaction:
     """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on error (takes the write lock up front, so two
-    servers sharing a file serialise instead of failing half-way)."""
+    servers sharing a file serialise instead of failing half-way). A failed COMMIT (full disk) is
+    rolled back too, so the connection is never left inside a transaction."""
 
     def __init__(self, conn: sqlite3.Connection):
         self._conn = conn
@@ -208,5 +227,17 @@ class _Transaction:
         self._conn.execute("BEGIN IMMEDIATE")
 
     def __exit__(self, kind, value, traceback) -> None:
-        self._conn.execute("COMMIT" if kind is None else "ROLLBACK")
+        if kind is None:
+            try:
+                self._conn.execute("COMMIT")
+                return
+            except sqlite3.Error:
+                self._rollback()
+                raise
+        self._rollback()
+
+    def _rollback(self) -> None:
+        if self._conn.in_transaction:  # SQLite may already have rolled back (e.g. SQLITE_FULL)
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.execute("ROLLBACK")
 

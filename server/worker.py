@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .errors import KernelFault, ServiceError
+from .errors import DeadlineExceeded, KernelFault, ServiceError
 
 log = logging.getLogger("tiledispatch.server.worker")
 
@@ -173,9 +173,25 @@ class WorkerPool:
             self._idle.put(worker)
         return hellos
 
-    def call(self, op: str, payload: dict, kernel: str) -> Any:
-        """Run ``op`` on some worker. ``KernelFault`` if ``kernel`` killed or hung it."""
-        worker = self._idle.get()
+    def call(self, op: str, payload: dict, kernel: str, *, deadline: float | None = None) -> Any:
+        """Run ``op`` on some worker. ``KernelFault`` if ``kernel`` killed or hung it.
+
+        ``deadline`` (a ``time.monotonic()`` instant) bounds the wait for an idle worker: a call still
+        queued when it passes is dropped with :class:`DeadlineExceeded` and never reaches the GPU.
+        A call already running is not interrupted (its time is bounded by ``timeout_s``).
+        """
+        try:
+            if deadline is None:
+                worker = self._idle.get()
+            else:
+                worker = self._idle.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise DeadlineExceeded(f"the call's deadline passed while it waited for a GPU worker ({kernel} "
+                                   "did not run)") from None
+        if deadline is not None and time.monotonic() >= deadline:
+            self._idle.put(worker)
+            raise DeadlineExceeded(f"the call's deadline passed while it waited for a GPU worker ({kernel} "
+                                   "did not run)")
         try:
             if not worker.process.is_alive():  # died while idle (e.g. killed): not this kernel's fault
                 log.warning("GPU worker found dead; restarting", extra={"device": worker.device})

@@ -2,7 +2,8 @@
 only when used, so ``tiledispatch select`` never loads torch or triton.
 
 Local commands: ``kernels list`` (the rule sets), ``registry build``, ``bench`` (the tile engine),
-``serve``. Client commands talk to a server: ``select``, ``run``, ``models``, ``info``; ``kernels``
+``serve``. Client commands talk to a server: ``select``, ``run``, ``models``, ``info``,
+``lift-quarantine``; ``kernels``
 and ``bench`` become client commands when given ``--target``.
 """
 
@@ -18,12 +19,12 @@ _LOCAL = {
     "serve": "tiledispatch.server.main",
 }
 _CLIENT = "tiledispatch.client.cli"
-_CLIENT_ONLY = ("select", "run", "models", "info")
+_CLIENT_ONLY = ("select", "run", "models", "info", "lift-quarantine")
 
 USAGE = """usage: tiledispatch <command> [options]
 
 local:   kernels list | registry build | bench | serve
-client:  select | run | models | info | kernels --target T | bench --target T
+client:  select | run | models | info | lift-quarantine | kernels --target T | bench --target T
 'tiledispatch <command> --help' for each command's options."""
 
 

@@ -2,7 +2,7 @@
 # One device session: build the default registry, run the GPU tests, run the tile-engine benchmark
 # (dev suite + synthetic problems) and write reports. Everything lands in $OUT/results.tar.gz.
 # Usage (on the GPU machine, repo root): bash bench/gpu/session.sh [steps...]
-#   steps: env build test dev synth probe collect report (default: env build test dev synth report)
+#   steps: env build test dev synth probe collect torch report (default: env build test dev synth report)
 #   collect: COLLECT="problems.json:out_name:extra flags;..." measures each list into $WORK/data/out_name
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -52,6 +52,11 @@ for step in $STEPS; do
         td bench --problems "$file" --direction "${COLLECT_DIRECTIONS:-fwd}" --dtype "${COLLECT_DTYPE:-bf16}" \
           --cache-dir "$REG" --out "$WORK/data/$name" $flags 2>&1 | tee -a "$WORK/logs/collect_$name.txt" | grep -E "^\[|bench:" | tail -3
       done
+      ;;
+    torch)
+      # PyTorch integration: torchvision models swapped to our kernels (correctness, then speed vs cuDNN).
+      TILEDISPATCH_REGISTRY_DIR="$REG" "$PY" -m pytest -q -s -m gpu -p no:cacheprovider tests/integrations/test_torch_gpu.py --timeout=1800 2>&1 | tee "$WORK/logs/torch_gpu_tests.txt" | tail -40
+      TILEDISPATCH_REGISTRY_DIR="$REG" "$PY" bench/torch_e2e.py --out-dir "$WORK/torch_e2e" 2>&1 | tee "$WORK/logs/torch_e2e.txt" | tail -30
       ;;
     report)
       [ -d "$WORK/dev_suite" ] && "$PY" bench/report.py "$WORK/dev_suite" --out "$WORK/report_dev_suite" --title "Dev suite: tiledispatch vs cuDNN (bf16)" 2>&1 | tail -3

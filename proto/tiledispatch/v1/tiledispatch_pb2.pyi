@@ -449,3 +449,19 @@ class GetServerInfoResponse(_message.Message):
     tuning_db_rows: int
     max_message_bytes: int
     def __init__(self, has_gpu: _Optional[bool] = ..., gpu_count: _Optional[int] = ..., gpu_name: _Optional[str] = ..., arch: _Optional[str] = ..., device_spec: _Optional[str] = ..., tiledispatch_version: _Optional[str] = ..., torch_version: _Optional[str] = ..., triton_version: _Optional[str] = ..., cuda_version: _Optional[str] = ..., driver_version: _Optional[str] = ..., python_version: _Optional[str] = ..., grpc_version: _Optional[str] = ..., registry_size: _Optional[int] = ..., registry_source: _Optional[str] = ..., models: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ..., quarantined_kernels: _Optional[int] = ..., tuning_db_rows: _Optional[int] = ..., max_message_bytes: _Optional[int] = ...) -> None: ...
+
+class LiftQuarantineRequest(_message.Message):
+    __slots__ = ("kernel",)
+    KERNEL_FIELD_NUMBER: _ClassVar[int]
+    kernel: str
+    def __init__(self, kernel: _Optional[str] = ...) -> None: ...
+
+class LiftQuarantineResponse(_message.Message):
+    __slots__ = ("was_quarantined", "reason", "quarantined_kernels")
+    WAS_QUARANTINED_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_KERNELS_FIELD_NUMBER: _ClassVar[int]
+    was_quarantined: bool
+    reason: str
+    quarantined_kernels: int
+    def __init__(self, was_quarantined: _Optional[bool] = ..., reason: _Optional[str] = ..., quarantined_kernels: _Optional[int] = ...) -> None: ...

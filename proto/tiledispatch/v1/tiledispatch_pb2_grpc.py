@@ -65,6 +65,11 @@ class TileDispatchServiceStub:
                 request_serializer=tiledispatch_dot_v1_dot_tiledispatch__pb2.GetServerInfoRequest.SerializeToString,
                 response_deserializer=tiledispatch_dot_v1_dot_tiledispatch__pb2.GetServerInfoResponse.FromString,
                 _registered_method=True)
+        self.LiftQuarantine = channel.unary_unary(
+                '/tiledispatch.v1.TileDispatchService/LiftQuarantine',
+                request_serializer=tiledispatch_dot_v1_dot_tiledispatch__pb2.LiftQuarantineRequest.SerializeToString,
+                response_deserializer=tiledispatch_dot_v1_dot_tiledispatch__pb2.LiftQuarantineResponse.FromString,
+                _registered_method=True)
 
 
 class TileDispatchServiceServicer:
@@ -113,6 +118,14 @@ class TileDispatchServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LiftQuarantine(self, request, context):
+        """Admin: return a quarantined kernel to selection, here and in the tuning database (after the
+        fault was fixed, or when a worker was lost for another reason). Needs the "admin" scope.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TileDispatchServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -145,6 +158,11 @@ def add_TileDispatchServiceServicer_to_server(servicer, server):
                     servicer.GetServerInfo,
                     request_deserializer=tiledispatch_dot_v1_dot_tiledispatch__pb2.GetServerInfoRequest.FromString,
                     response_serializer=tiledispatch_dot_v1_dot_tiledispatch__pb2.GetServerInfoResponse.SerializeToString,
+            ),
+            'LiftQuarantine': grpc.unary_unary_rpc_method_handler(
+                    servicer.LiftQuarantine,
+                    request_deserializer=tiledispatch_dot_v1_dot_tiledispatch__pb2.LiftQuarantineRequest.FromString,
+                    response_serializer=tiledispatch_dot_v1_dot_tiledispatch__pb2.LiftQuarantineResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -310,6 +328,33 @@ class TileDispatchService:
             '/tiledispatch.v1.TileDispatchService/GetServerInfo',
             tiledispatch_dot_v1_dot_tiledispatch__pb2.GetServerInfoRequest.SerializeToString,
             tiledispatch_dot_v1_dot_tiledispatch__pb2.GetServerInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LiftQuarantine(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tiledispatch.v1.TileDispatchService/LiftQuarantine',
+            tiledispatch_dot_v1_dot_tiledispatch__pb2.LiftQuarantineRequest.SerializeToString,
+            tiledispatch_dot_v1_dot_tiledispatch__pb2.LiftQuarantineResponse.FromString,
             options,
             channel_credentials,
             insecure,

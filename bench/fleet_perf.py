@@ -1,0 +1,117 @@
+"""Fleet throughput on one host: Select calls per second through the client's round_robin over 1
+and over N ``tiledispatch serve`` replicas on loopback (CPU fallback, no GPU needed).
+
+    python bench/fleet_perf.py --replicas 3 --out bench/results/fleet_perf_cpu2.json
+
+Every figure is measured by the clients over real gRPC connections. On a small host the replicas
+share its cores, so this measures the client-side balancing and the per-host ceiling, not GPU scale-out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from tiledispatch.client import Client
+
+PROBLEM = dict(direction="fwd", dtype="bf16", batch=32, groups=32, in_channels=128, out_channels=128,
+               input_size=[56, 56], filter_size=[3, 3], stride=[1, 1], dilation=[1, 1], pad_begin=[1, 1],
+               pad_end=[1, 1])
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start(home: Path) -> tuple[subprocess.Popen, str]:
+    port = _free_port()
+    process = subprocess.Popen([sys.executable, "-m", "tiledispatch.cli", "serve", "--port", str(port),
+                                "--metrics-port", "0", "--db", str(home / f"tuning-{port}.sqlite"), "--gpus", "none",
+                                "--log-level", "warning"], env={**os.environ, "TILEDISPATCH_HOME": str(home)},
+                               stdout=subprocess.DEVNULL)
+    return process, f"127.0.0.1:{port}"
+
+
+def _wait(target: str) -> None:
+    with Client(target, timeout=5) as client:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                client.info()
+                client.select(PROBLEM)  # warm the selection cache
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+
+
+def throughput(targets: list[str], clients: int, seconds: float) -> dict:
+    """``clients`` threads, each with its own round_robin channel over ``targets``, for ``seconds``."""
+    counts, errors = [0] * clients, [0] * clients
+    stop = time.monotonic() + seconds
+
+    def worker(index: int) -> None:
+        with Client(targets, timeout=30) as own:
+            own.info()
+            while time.monotonic() < stop:
+                try:
+                    own.select(PROBLEM)
+                    counts[index] += 1
+                except Exception:
+                    errors[index] += 1
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.monotonic() - started
+    return {"replicas": len(targets), "clients": clients, "seconds": round(elapsed, 3), "calls": sum(counts),
+            "errors": sum(errors), "per_second": round(sum(counts) / elapsed, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--replicas", type=int, default=3)
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    args = parser.parse_args()
+    load_before = os.getloadavg()[0]  # other work on the host lowers every figure
+    home = Path(tempfile.mkdtemp(prefix="tdfleet-"))
+    servers = [_start(home) for _ in range(args.replicas)]
+    try:
+        targets = [target for _, target in servers]
+        for target in targets:
+            _wait(target)
+        runs = [throughput(targets[:1], args.clients, args.seconds), throughput(targets, args.clients, args.seconds)]
+    finally:
+        for process, _ in servers:
+            process.terminate()
+        for process, _ in servers:
+            process.wait(timeout=30)
+    report = {"machine": {"cpu_count": os.cpu_count(), "python": platform.python_version(),
+                          "platform": platform.platform(), "gpu": "none (CPU fallback)",
+                          "load_average_1m_before": round(load_before, 2)},
+              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "problem": PROBLEM,
+              "call": "Select, cached", "select_throughput": runs}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

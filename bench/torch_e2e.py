@@ -1,0 +1,263 @@
+"""End-to-end PyTorch benchmark: torchvision models with their grouped/depthwise convs swapped to
+tiledispatch kernels vs the same models on cuDNN, in one process on one GPU.
+
+    python bench/torch_e2e.py                         # every model, its two batch sizes
+    python bench/torch_e2e.py --models mobilenet_v2 --batches 32,128 --out-dir /tmp/e2e
+    TILEDISPATCH_REGISTRY_DIR=~/.tiledispatch/registry python bench/torch_e2e.py   # compiled kernels
+    python bench/torch_e2e.py --target 127.0.0.1:50051  # selection by a running service
+
+Per model and batch size, bf16, channels-last (``--memory-format contiguous`` to change), random
+weights (nothing downloaded; models in ``tests/integrations/models.py``):
+
+* forward step: ``model.eval()`` under ``torch.inference_mode()``;
+* training step: ``model.train()``, ``zero_grad(set_to_none=True)``, forward, cross-entropy on random
+  labels, backward (no optimizer step: it is the same work for both and would only dilute the ratio);
+* cuDNN: ``torch.backends.cudnn.benchmark = True`` (its autotuner runs during the warm-up);
+* timing: CUDA events around ``--steps`` back-to-back steps (host launch overhead included, as a
+  training loop sees it), in ``--rounds`` rounds alternating cuDNN and ours; the median round is
+  reported (and the min); warm-up steps first;
+* selection: the first swapped training step after clearing the runtime's caches selects a kernel
+  for every (direction, shape) (remote ``Select`` or the local ranking) and, without a registry,
+  JIT-compiles kernels; its wall time and the selection time alone are reported, and the mean
+  cached lookup time of the following steps.
+
+Writes ``<out-dir>/torch_e2e.json`` and ``torch_e2e.md`` (default out-dir:
+``bench/results/<UTC date>_<gpu>``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime as dt
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from tests.integrations.models import CASES, build  # noqa: E402
+from tiledispatch.integrations import torch_runtime  # noqa: E402
+from tiledispatch.integrations.torch import get_runtime, swap_convs, swapped_convs  # noqa: E402
+
+
+def _git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _gpu_short() -> str:
+    from tiledispatch.native.arch import arch_for_device_name
+
+    return arch_for_device_name(torch.cuda.get_device_name(), torch.cuda.get_device_capability()).name
+
+
+def _time_ms(step, steps: int) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(steps):
+        step()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / steps
+
+
+def _steps(model, x, labels):
+    def forward():
+        with torch.inference_mode():
+            model(x)
+
+    def train():
+        model.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x).float(), labels).backward()
+
+    return forward, train
+
+
+def _measure_pair(cudnn_step, ours_step, cudnn_model, ours_model, train: bool, args) -> dict:
+    """Alternating rounds of cuDNN and ours; median and min per-step ms of each."""
+    times = {"cudnn": [], "ours": []}
+    for model in (cudnn_model, ours_model):
+        model.train(train)
+    for _ in range(args.warmup):
+        cudnn_step()
+        ours_step()
+    torch.cuda.synchronize()
+    for _ in range(args.rounds):
+        times["cudnn"].append(_time_ms(cudnn_step, args.steps))
+        times["ours"].append(_time_ms(ours_step, args.steps))
+    out = {k: {"median_ms": statistics.median(v), "min_ms": min(v), "rounds_ms": v} for k, v in times.items()}
+    out["speedup"] = out["cudnn"]["median_ms"] / out["ours"]["median_ms"]
+    return out
+
+
+def run_case(name: str, batch: int, args) -> dict:
+    case = CASES[name]
+    fmt = {"channels_last": torch.channels_last if case.ndim == 2 else torch.channels_last_3d,
+           "contiguous": torch.contiguous_format}[args.memory_format]
+    torch.manual_seed(0)
+    cudnn = build(name).cuda().to(torch.bfloat16, memory_format=fmt)
+    ours = swap_convs(copy.deepcopy(cudnn), **case.swap)
+    x = torch.randn(batch, *case.sample, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=fmt)
+    labels = torch.randint(0, 400 if case.ndim == 3 else 1000, (batch,), device="cuda")
+    cudnn_forward, cudnn_train = _steps(cudnn, x, labels)
+    ours_forward, ours_train = _steps(ours, x, labels)
+    result = {"model": name, "batch": batch, "input": [batch, *case.sample], "mostly_grouped": case.mostly_grouped,
+              "swapped_convs": len(swapped_convs(ours)),
+              "convs": sum(isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d)) for m in cudnn.modules())}
+
+    # First swapped step from cold caches: selection (+ JIT compiles without a registry).
+    runtime = get_runtime()
+    runtime.clear()
+    ours.train()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    ours_train()
+    torch.cuda.synchronize()
+    first_s = time.perf_counter() - start
+    first = runtime.selector.stats.as_dict()
+    runtime.selector.stats.cached = runtime.selector.stats.cached_s = 0
+    start = time.perf_counter()
+    ours_train()
+    torch.cuda.synchronize()
+    second_s = time.perf_counter() - start
+    cached = runtime.selector.stats.as_dict()
+    result["selection"] = {
+        "problems": first["uncached"], "first_step_s": first_s, "second_step_s": second_s,
+        "selection_first_call_s": first["uncached_s"], "selection_first_call_mean_ms": first["uncached_mean_ms"],
+        "cached_lookups_per_step": cached["cached"], "cached_lookup_mean_us": cached["cached_mean_us"],
+        "by_source": first["by_source"], "fallbacks": first["fallbacks"],
+        "backends": sorted({e.backend for e in runtime.entries()}),
+    }
+    result["kernels"] = [{"problem": e.problem.key, "kernel": e.config.name, "source": e.choice.source,
+                          "backend": e.backend} for e in runtime.entries()]
+
+    result["forward"] = _measure_pair(cudnn_forward, ours_forward, cudnn, ours, False, args)
+    result["train"] = _measure_pair(cudnn_train, ours_train, cudnn, ours, True, args)
+    for label, step, model in (("cudnn", cudnn_train, cudnn), ("ours", ours_train, ours)):
+        model.train()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        torch.cuda.synchronize()
+        result["train"][label]["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    return result
+
+
+def _markdown(report: dict) -> str:
+    env = report["environment"]
+    lines = [
+        f"# PyTorch end to end: swapped grouped convs vs cuDNN ({env['gpu']})", "",
+        f"{env['date']}; torch {env['torch']}, CUDA {env['cuda']}, cuDNN {env['cudnn']}, Triton {env['triton']}; "
+        f"git {env['git_commit'][:10]}; bf16, {report['settings']['memory_format']}; kernels: "
+        f"{report['settings']['kernels']}; selection: {report['settings']['selection']}.", "",
+        "Step times: CUDA events around back-to-back steps (host launch overhead included), median of "
+        f"{report['settings']['rounds']} rounds of {report['settings']['steps']} steps, cuDNN and ours alternating "
+        "in the same process (`cudnn.benchmark=True`). Training step = zero_grad + forward + cross-entropy + "
+        "backward. Speedup = cuDNN time / ours (> 1: ours faster).", "",
+        "| model | batch | swapped / convs | fwd cuDNN ms | fwd ours ms | fwd speedup | train cuDNN ms | "
+        "train ours ms | train speedup | target |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["results"]:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['batch']} | | | | | | | | {r['error']} |")
+            continue
+        f, t = r["forward"], r["train"]
+        target = ("met" if t["speedup"] > 1 else "missed") if r["mostly_grouped"] else "n/a (dense)"
+        lines.append(f"| {r['model']} | {r['batch']} | {r['swapped_convs']} / {r['convs']} | "
+                     f"{f['cudnn']['median_ms']:.2f} | {f['ours']['median_ms']:.2f} | {f['speedup']:.2f} | "
+                     f"{t['cudnn']['median_ms']:.2f} | {t['ours']['median_ms']:.2f} | {t['speedup']:.2f} | {target} |")
+    lines += ["", "## Selection", "",
+              "First swapped training step from cold caches (every (direction, shape) selected once; kernels "
+              "JIT-compiled there when no registry is loaded) vs the cached lookups of the next step.", "",
+              "| model | batch | problems | selection, first call (total ms) | mean ms / problem | source | "
+              "first step s | second step s | cached lookup µs |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for r in report["results"]:
+        if "error" in r:
+            continue
+        s = r["selection"]
+        sources = ", ".join(f"{k}: {v}" for k, v in sorted(s["by_source"].items()))
+        lines.append(f"| {r['model']} | {r['batch']} | {s['problems']} | {1e3 * s['selection_first_call_s']:.1f} | "
+                     f"{s['selection_first_call_mean_ms']:.2f} | {sources} | {s['first_step_s']:.2f} | "
+                     f"{s['second_step_s']:.3f} | {s['cached_lookup_mean_us']:.2f} |")
+    grouped = [r for r in report["results"] if "error" not in r and r["mostly_grouped"]]
+    if grouped:
+        met = sum(r["train"]["speedup"] > 1 for r in grouped)
+        lines += ["", f"Target (training step faster than cuDNN on every mostly-grouped/depthwise model and batch): "
+                  f"{met} of {len(grouped)} met."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(CASES), help=f"comma-separated, of {list(CASES)}")
+    parser.add_argument("--batches", default="", help="comma-separated batch sizes for every model "
+                        "(default: each model's own two)")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--memory-format", choices=("channels_last", "contiguous"), default="channels_last")
+    parser.add_argument("--target", default=None, help="selection service (default $TILEDISPATCH_TARGET; "
+                        "none: local selection)")
+    parser.add_argument("--registry-dir", default=None, help="compiled registry (default $TILEDISPATCH_REGISTRY_DIR; "
+                        "none: JIT)")
+    parser.add_argument("--out-dir", type=Path, default=None)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("torch_e2e: needs a CUDA GPU")
+    torch.backends.cudnn.benchmark = True  # for both: the swapped models' dense convs stay on cuDNN
+    runtime = torch_runtime.configure(target=args.target, registry_dir=args.registry_dir)
+    import triton
+
+    date = dt.datetime.now(dt.UTC)
+    out_dir = args.out_dir or REPO / "bench" / "results" / f"{date:%Y-%m-%d}_{_gpu_short()}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    selector = runtime.selector
+    report = {
+        "environment": {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
+                        "cudnn": torch.backends.cudnn.version(), "triton": triton.__version__,
+                        "python": platform.python_version(), "git_commit": _git_commit(),
+                        "date": date.isoformat(timespec="seconds")},
+        "settings": {"steps": args.steps, "rounds": args.rounds, "warmup": args.warmup,
+                     "memory_format": args.memory_format,
+                     "kernels": f"compiled registry {runtime.registry_dir}" if runtime._registry is not None else "JIT",
+                     "selection": (f"remote {selector.target} (local fallback)" if selector.mode == "remote"
+                                   else f"local ({selector.predictor.name})"), "arch": selector.spec.name},
+        "results": [],
+    }
+    for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+        batches = [int(b) for b in args.batches.split(",")] if args.batches else list(CASES[name].batches)
+        for batch in batches:
+            print(f"{name} batch {batch} ...", flush=True)
+            try:
+                result = run_case(name, batch, args)
+            except torch.cuda.OutOfMemoryError as error:
+                result = {"model": name, "batch": batch, "error": f"out of memory: {str(error).splitlines()[0]}"}
+            except Exception as error:  # one model failing must not lose the others' figures
+                result = {"model": name, "batch": batch, "error": f"{type(error).__name__}: {error}"}
+            torch.cuda.empty_cache()
+            report["results"].append(result)
+            if "error" in result:
+                print(f"  {result['error']}", flush=True)
+            else:
+                print(f"  forward speedup {result['forward']['speedup']:.2f}, training step speedup "
+                      f"{result['train']['speedup']:.2f}", flush=True)
+            (out_dir / "torch_e2e.json").write_text(json.dumps(report, indent=1))
+            (out_dir / "torch_e2e.md").write_text(_markdown(report))
+    print(f"wrote {out_dir / 'torch_e2e.json'} and {out_dir / 'torch_e2e.md'}")
+
+
+if __name__ == "__main__":
+    main()

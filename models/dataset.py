@@ -1,0 +1,141 @@
+"""Measured rows from ``tiledispatch bench`` output directories, as training/validation tables.
+
+A data directory holds ``rows-*.parquet`` shards and a ``manifest.json`` (``native/bench.py``).
+Rows are problems × kernels (and cuDNN). Times are CUDA-graph replay (``graph_us``, device time);
+``status`` ``ok`` rows are checked against the float64 reference and fully timed. ``pruned`` rows
+(``--oracle-only`` sweeps) carry only a 3-call event estimate of a kernel known to be ≥ 1.5× slower
+than the best so far; they are kept for training when asked (``include_pruned``) with that
+estimate as target, never for the oracle.
+
+cuDNN rows: kernel ``cudnn`` is ``cudnn.benchmark=True`` (autotuned); ``cudnn_heuristic`` (when
+the bench records it) is ``cudnn.benchmark=False`` — cuDNN's own heuristic pick.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tiledispatch.native.configs import KernelConfig, parse_kernel_name
+from tiledispatch.native.problem import ConvProblem
+
+CUDNN_AUTOTUNED = "cudnn"
+CUDNN_HEURISTIC = "cudnn_heuristic"
+
+_PROBLEM_COLUMNS = ("problem_key", "direction", "dtype", "batch", "groups", "in_channels", "out_channels",
+                    "input_size", "filter_size", "stride", "dilation", "pad_begin", "pad_end")
+
+
+def _dims(text: str) -> list[int]:
+    return [int(v) for v in str(text).split("x")]
+
+
+def problem_from_row(row: Any) -> ConvProblem:
+    """Rebuild the problem from a row's problem columns (checked against its key)."""
+    problem = ConvProblem(direction=row.direction, dtype=row.dtype, batch=int(row.batch), groups=int(row.groups),
+                          in_channels=int(row.in_channels), out_channels=int(row.out_channels),
+                          input_size=_dims(row.input_size), filter_size=_dims(row.filter_size),
+                          stride=_dims(row.stride), dilation=_dims(row.dilation), pad_begin=_dims(row.pad_begin),
+                          pad_end=_dims(row.pad_end))
+    if problem.key != row.problem_key:
+        raise ValueError(f"problem_key {row.problem_key!r} does not match its columns ({problem.key!r})")
+    return problem
+
+
+def read_rows(data_dirs: Iterable[Path | str]) -> tuple[Any, list[dict]]:
+    """All rows of the directories (pandas DataFrame) and their manifests."""
+    import pandas as pd
+
+    frames, manifests = [], []
+    for directory in data_dirs:
+        directory = Path(directory)
+        shards = sorted(directory.glob("rows-*.parquet"))
+        if not shards:
+            raise FileNotFoundError(f"{directory}: no rows-*.parquet shards")
+        frames.extend(pd.read_parquet(s) for s in shards)
+        manifest_file = directory / "manifest.json"
+        manifest = json.loads(manifest_file.read_text()) if manifest_file.exists() else {}
+        manifest["path"] = str(directory)
+        manifests.append(manifest)
+    return pd.concat(frames, ignore_index=True), manifests
+
+
+@dataclass
+class ProblemRows:
+    """One problem's measured kernels: configs and times (µs), plus cuDNN where measured."""
+
+    problem: ConvProblem
+    configs: list[KernelConfig]
+    time_us: np.ndarray          # training target per config (graph µs; event estimate if pruned)
+    timed: np.ndarray            # bool: fully timed (status ok), usable for the oracle
+    cudnn_us: float = float("nan")
+    cudnn_heuristic_us: float = float("nan")
+
+    @property
+    def oracle_us(self) -> float:
+        return float(self.time_us[self.timed].min()) if self.timed.any() else float("nan")
+
+
+def _time(row: Any) -> float:
+    graph = float(row.graph_us)
+    return graph if graph == graph and graph > 0 else float(row.event_median_us)
+
+
+def problem_rows(frame: Any, *, direction: str | None = None, dtype: str | None = None,
+                 include_pruned: bool = False) -> list[ProblemRows]:
+    """Group rows by problem (sorted by key, configs by name: a deterministic order)."""
+    if direction:
+        frame = frame[frame.direction == direction]
+    if dtype:
+        frame = frame[frame.dtype == dtype]
+    out: list[ProblemRows] = []
+    for key in sorted(frame.problem_key.unique()):
+        rows = frame[frame.problem_key == key]
+        first = next(rows.itertuples())
+        problem = problem_from_row(first)
+        by_kernel: dict[str, tuple[float, bool]] = {}
+        cudnn = heuristic = float("nan")
+        for row in rows.itertuples():
+            if row.kernel == CUDNN_AUTOTUNED:
+                cudnn = _time(row) if row.status == "ok" else cudnn
+            elif row.kernel == CUDNN_HEURISTIC:
+                heuristic = _time(row) if row.status == "ok" else heuristic
+            elif row.status == "ok" or (include_pruned and row.status == "pruned"):
+                t = _time(row)
+                if t == t and t > 0 and (row.kernel not in by_kernel or row.status == "ok"):
+                    by_kernel[row.kernel] = (t, row.status == "ok")
+        if not any(ok for _, ok in by_kernel.values()):
+            continue
+        names = sorted(by_kernel)
+        out.append(ProblemRows(problem=problem, configs=[parse_kernel_name(n) for n in names],
+                               time_us=np.array([by_kernel[n][0] for n in names]),
+                               timed=np.array([by_kernel[n][1] for n in names]),
+                               cudnn_us=cudnn, cudnn_heuristic_us=heuristic))
+    return out
+
+
+def data_hash(problems: Sequence[ProblemRows]) -> str:
+    """sha256 over (problem key, kernel, target µs as float64 bits, timed): the training content,
+    independent of shard layout and row order."""
+    digest = hashlib.sha256()
+    for pr in problems:
+        for config, t, ok in zip(pr.configs, pr.time_us, pr.timed):
+            digest.update(f"{pr.problem.key}|{config.name}|{float(t).hex()}|{int(ok)}\n".encode())
+    return digest.hexdigest()
+
+
+def manifest_summary(manifests: Sequence[dict]) -> dict[str, Any]:
+    """Where and when the data was measured (from the bench manifests)."""
+    keep = ("gpu_name", "gpu_sms", "driver", "cuda", "torch", "triton", "cudnn", "date", "rule_set", "arch",
+            "git_commit")
+    return {"datasets": [{"path": m.get("path", ""), **{k: m.get(k) for k in keep},
+                          "max_kernels": m.get("settings", {}).get("max_kernels"),
+                          "oracle_only": m.get("settings", {}).get("oracle_only"),
+                          "sittings": len(m.get("sittings", []))} for m in manifests],
+            "gpus": sorted({str(m.get("gpu_name")) for m in manifests})}

@@ -1,0 +1,235 @@
+"""The feature engine (DESIGN §7): ordered, named features for (problem, kernel) pairs.
+
+One engine serves training and serving. :meth:`FeatureEngine.build` turns one problem and many
+candidate configs into an ``(n_configs, n_features)`` float64 array, vectorised over the configs
+(the problem's own features are computed once and broadcast). Groups, in order:
+
+* problem (``p_``): sizes and their logs, output sizes, filter, stride, dilation, pads (total
+  and asymmetry), group density ``G / C``, class flags (dense, grouped, depthwise,
+  depthwise-multiplier), channel alignment (``C/G mod 8`` …), FLOPs, minimum bytes, arithmetic
+  intensity ``FLOPs / bytes``, the implicit-GEMM ``M, N, K`` of one group (DESIGN §3), whether
+  64-bit indexing is needed;
+* kernel (``k_``): every field of :class:`KernelConfig` (family one-hot, block sizes, warps,
+  stages, ``group_m``, split-K, merge, vec, index64) plus shared-memory and accumulator estimates
+  — distinct kernels never share a row (no aliasing);
+* interaction (``x_``): tile quantisation per GEMM dimension ``dim / (ceil(dim / block)·block)``,
+  CTAs, resident CTAs per SM, waves ``ctas / (SMs·per_sm)`` and last-wave fill, reduction steps
+  per CTA, executed / useful FLOPs, bytes and FLOPs per CTA tile, and the analytic fallback's
+  compute, memory and total time (``models.analytic``, whose version is in the feature name so a
+  formula change can never silently change a shipped model's inputs);
+* hardware (``h_``): SMs, shared memory per SM, L2, bandwidth, peak tensor-core and FMA rates,
+  clock (constant per device: they let one model file describe which device it was trained for
+  and cost nothing at inference).
+
+Every feature is finite (no NaN: LightGBM's missing-value paths are never taken).
+A feature's name is its meaning: a feature whose definition changes gets a new name (as the
+analytic ones carry the analytic model's version), never a new meaning under an old name.
+``SCHEMA_VERSION`` numbers the engine's feature set (:data:`FEATURE_SETS`: the names each version
+made); a model records the names it was trained on, and :mod:`models.predictor` maps them onto
+the engine's columns by name, so older models keep loading while the engine only grows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tiledispatch.models import analytic
+from tiledispatch.native.arch import ArchSpec, get_arch
+from tiledispatch.native.configs import KernelConfig
+from tiledispatch.native.problem import ConvProblem, Direction, ProblemClass
+
+SCHEMA_VERSION = 1
+
+PROBLEM_FEATURES = (
+    "p_ndim", "p_batch", "p_groups", "p_in_channels", "p_out_channels", "p_c_per_group", "p_k_per_group",
+    "p_log_batch", "p_log_groups", "p_log_c_per_group", "p_log_k_per_group", "p_group_density",
+    "p_in_d", "p_in_h", "p_in_w", "p_out_d", "p_out_h", "p_out_w", "p_log_in_positions", "p_log_out_positions",
+    "p_filter_d", "p_filter_h", "p_filter_w", "p_taps", "p_is_1x1",
+    "p_stride_d", "p_stride_h", "p_stride_w", "p_stride_max", "p_dilation_max", "p_pad_total", "p_pad_asymmetric",
+    "p_dense", "p_grouped", "p_depthwise", "p_depthwise_multiplier",
+    "p_cg_mod8", "p_kg_mod8", "p_c_mod8", "p_k_mod8", "p_cg_mod16", "p_kg_mod16",
+    "p_log_flops", "p_log_bytes", "p_log_intensity",
+    "p_gemm_m", "p_gemm_n", "p_gemm_k", "p_log_gemm_m", "p_log_gemm_n", "p_log_gemm_k", "p_needs_int64",
+)
+
+KERNEL_FEATURES = (
+    "k_igemm", "k_gmerge", "k_gemm1x1", "k_direct", "k_block_m", "k_block_n", "k_block_k", "k_num_warps",
+    "k_num_stages", "k_group_m", "k_split_k", "k_merge", "k_vec", "k_index64", "k_smem_bytes", "k_acc_registers",
+)
+
+_ANALYTIC = f"analytic_v{analytic.VERSION}"
+
+INTERACTION_FEATURES = (
+    "x_tile_eff_m", "x_tile_eff_n", "x_tile_eff_k", "x_tile_eff", "x_log_ctas", "x_per_sm", "x_waves",
+    "x_last_wave_fill", "x_log_k_steps", "x_work_efficiency", "x_log_cta_flops", "x_log_cta_bytes",
+    "x_cta_intensity", "x_merge_fill", "x_log_split_reduction",
+    f"x_{_ANALYTIC}_log_compute_us", f"x_{_ANALYTIC}_log_memory_us", f"x_{_ANALYTIC}_log_us",
+    "x_log_bound_us",
+)
+
+HARDWARE_FEATURES = (
+    "h_sms", "h_smem_per_sm_kib", "h_l2_mib", "h_bandwidth_gbs", "h_peak_tflops", "h_fma_tflops", "h_clock_mhz",
+)
+
+FEATURE_NAMES: tuple[str, ...] = PROBLEM_FEATURES + KERNEL_FEATURES + INTERACTION_FEATURES + HARDWARE_FEATURES
+
+#: Every feature set the engine has shipped, by schema version (each a subset of the next; the
+#: engine must keep making every name listed here). 0: problem sizes and kernel fields only;
+#: 1: + derived problem features, interaction and hardware groups.
+FEATURE_SETS: dict[int, tuple[str, ...]] = {
+    0: ("p_ndim", "p_batch", "p_groups", "p_in_channels", "p_out_channels", "p_c_per_group", "p_k_per_group",
+        "p_in_d", "p_in_h", "p_in_w", "p_out_d", "p_out_h", "p_out_w", "p_filter_d", "p_filter_h", "p_filter_w",
+        "p_stride_d", "p_stride_h", "p_stride_w", "p_dilation_max", "p_pad_total", "p_log_flops",
+        "p_gemm_m", "p_gemm_n", "p_gemm_k", *KERNEL_FEATURES),
+    1: FEATURE_NAMES,
+}
+
+
+def _log(x):
+    return np.log(np.maximum(x, 1e-30))
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def _pad3(values: Sequence[int], fill: int) -> tuple[int, int, int]:
+    return (fill,) * (3 - len(values)) + tuple(values)
+
+
+@dataclass(frozen=True)
+class ConfigTable:
+    """The candidates as int64 columns (one per config field), built once per candidate list."""
+
+    configs: tuple[KernelConfig, ...]
+    columns: dict[str, np.ndarray] = field(compare=False)
+
+    @classmethod
+    def of(cls, configs: Sequence[KernelConfig]) -> ConfigTable:
+        table = analytic.config_table(configs)
+        table["group_m"] = np.array([c.group_m for c in configs], dtype=np.int64)
+        table["smem"] = np.array([c.smem_bytes_estimate for c in configs], dtype=np.int64)
+        return cls(tuple(configs), table)
+
+    def __len__(self) -> int:
+        return len(self.configs)
+
+
+class FeatureEngine:
+    """Features for one device spec. ``names`` is the ordered list every row follows."""
+
+    names: tuple[str, ...] = FEATURE_NAMES
+    schema_version: int = SCHEMA_VERSION
+
+    def __init__(self, arch: ArchSpec | str = "sm_90"):
+        self.spec = get_arch(arch) if isinstance(arch, str) else arch
+        self._analytic = analytic.AnalyticPredictor(self.spec)
+        self.index = {name: i for i, name in enumerate(self.names)}
+
+    # ---- problem ---------------------------------------------------------------------------
+    def problem_vector(self, p: ConvProblem) -> np.ndarray:
+        """The problem group, in ``PROBLEM_FEATURES`` order."""
+        in_d, in_h, in_w = _pad3(p.input_size, 1)
+        out_d, out_h, out_w = _pad3(p.output_size, 1)
+        f_d, f_h, f_w = _pad3(p.filter_size, 1)
+        s_d, s_h, s_w = _pad3(p.stride, 1)
+        cg, kg = p.c_per_group, p.k_per_group
+        m, n, k = p.gemm_mnk
+        cls = p.problem_class
+        in_pos, out_pos = p.batch * math.prod(p.input_size), p.batch * math.prod(p.output_size)
+        values = (
+            p.ndim, p.batch, p.groups, p.in_channels, p.out_channels, cg, kg,
+            math.log(p.batch), math.log(p.groups), math.log(cg), math.log(kg), p.groups / p.in_channels,
+            in_d, in_h, in_w, out_d, out_h, out_w, math.log(in_pos), math.log(out_pos),
+            f_d, f_h, f_w, p.filter_taps, float(p.filter_taps == 1),
+            s_d, s_h, s_w, max(p.stride), max(p.dilation), sum(p.pad_begin) + sum(p.pad_end),
+            float(p.pad_begin != p.pad_end),
+            float(cls is ProblemClass.DENSE), float(cls is ProblemClass.GROUPED), float(cls is ProblemClass.DEPTHWISE),
+            float(cls is ProblemClass.DEPTHWISE_MULTIPLIER),
+            float(cg % 8 == 0), float(kg % 8 == 0), float(p.in_channels % 8 == 0), float(p.out_channels % 8 == 0),
+            float(cg % 16 == 0), float(kg % 16 == 0),
+            math.log(p.flops), math.log(p.min_bytes), math.log(p.flops / p.min_bytes),
+            m, n, k, math.log(m), math.log(n), math.log(k), float(p.needs_int64_index),
+        )
+        return np.asarray(values, dtype=np.float64)
+
+    def hardware_vector(self, p: ConvProblem) -> np.ndarray:
+        s = self.spec
+        return np.asarray((s.sms, s.smem_per_sm_bytes / 1024, s.l2_bytes / 2**20, s.memory_bandwidth_gbs,
+                           s.peak_tflops(p.dtype), s.peak_fp32_fma_tflops, s.boost_clock_mhz), dtype=np.float64)
+
+    # ---- kernel and interaction -------------------------------------------------------------
+    @staticmethod
+    def kernel_matrix(table: ConfigTable) -> np.ndarray:
+        t = table.columns
+        fam = t["family"]
+        bm, bn, bk, warps, stages = t["block_m"], t["block_n"], t["block_k"], t["num_warps"], t["num_stages"]
+        cols = (fam == 0, fam == 1, fam == 2, fam == 3, bm, bn, bk, warps, stages, t["group_m"], t["split_k"],
+                t["merge"], t["vec"], t["index64"], t["smem"], bm * bn // (32 * warps))
+        return np.column_stack([np.asarray(c, dtype=np.float64) for c in cols])
+
+    def interaction_matrix(self, p: ConvProblem, table: ConfigTable) -> np.ndarray:
+        t = table.columns
+        bm, bn, bk = t["block_m"], t["block_n"], t["block_k"]
+        split, merge = t["split_k"], t["merge"]
+        direct = t["family"] == 3
+        cg, kg, taps = p.c_per_group, p.k_per_group, p.filter_taps
+        out_pos = p.batch * math.prod(p.output_size)
+        in_pos = p.batch * math.prod(p.input_size)
+        # GEMM dims each CTA tiles (tensor-core families; analytic.py has the same view).
+        if p.direction is Direction.BACKWARD_WEIGHT:
+            dim_m, dim_n, dim_k = merge * kg, merge * cg, _cdiv(out_pos, split)
+        else:
+            rows, cols, red = (out_pos, kg, cg) if p.direction is Direction.FORWARD else (in_pos, cg, kg)
+            dim_m, dim_n, dim_k = np.full_like(bm, rows), merge * cols, merge * red
+        # Direct: block_m positions × block_n channels (bwd_weight: reduction over positions).
+        if p.direction is Direction.BACKWARD_WEIGHT:
+            d_m, d_n, d_k = _cdiv(out_pos, split), np.full_like(bm, p.groups * kg), np.ones_like(bm)
+        elif p.direction is Direction.FORWARD:
+            d_m, d_n, d_k = np.full_like(bm, out_pos), np.full_like(bm, p.groups * kg), np.ones_like(bm)
+        else:
+            d_m, d_n, d_k = np.full_like(bm, in_pos), np.full_like(bm, p.groups * cg), np.ones_like(bm)
+        dim_m, dim_n, dim_k = (np.where(direct, a, b) for a, b in ((d_m, dim_m), (d_n, dim_n), (d_k, dim_k)))
+        eff_m = dim_m / (_cdiv(dim_m, bm) * bm)
+        eff_n = dim_n / (_cdiv(dim_n, bn) * bn)
+        eff_k = dim_k / (_cdiv(dim_k, bk) * bk)
+        b = self._analytic.breakdown(p, t)
+        ctas, per_sm, cta_flops = b["ctas"], b["per_sm"], b["cta_flops"]
+        slots = self.spec.sms * per_sm
+        waves = ctas / slots
+        last_fill = ctas / (np.ceil(waves) * slots)
+        k_steps = np.where(direct, np.where(p.direction is Direction.BACKWARD_WEIGHT, _cdiv(dim_m, bm), 1),
+                           _cdiv(dim_k, bk) * np.where(p.direction is Direction.BACKWARD_WEIGHT, 1, taps))
+        executed = ctas * cta_flops
+        itemsize = p.dtype.itemsize
+        cta_bytes = np.where(direct, (bm + bn) * itemsize * np.maximum(taps, 1),
+                             (bm + bn) * k_steps * bk * itemsize)
+        merge_fill = np.where(t["family"] == 1, np.minimum(1.0, merge * np.maximum(cg, kg) / np.maximum(bn, 1)), 1.0)
+        bound_us = max(p.flops / (self.spec.peak_tflops(p.dtype) * 1e12),
+                       p.min_bytes / (self.spec.memory_bandwidth_gbs * 1e9)) * 1e6
+        cols = (eff_m, eff_n, eff_k, eff_m * eff_n * eff_k, _log(ctas), per_sm, waves, last_fill, _log(k_steps),
+                p.flops / np.maximum(executed, 1.0), _log(cta_flops), _log(cta_bytes),
+                cta_flops / np.maximum(cta_bytes, 1.0), merge_fill, _log(_cdiv(out_pos, split)),
+                _log(b["compute_us"]), _log(b["memory_us"]), _log(b["time_us"]), np.full(len(bm), math.log(bound_us)))
+        return np.column_stack([np.asarray(c, dtype=np.float64) for c in cols])
+
+    # ---- all ----------------------------------------------------------------------------------
+    def build(self, problem: ConvProblem, configs: Sequence[KernelConfig] | ConfigTable) -> np.ndarray:
+        """``(len(configs), len(names))`` features of ``problem`` with each config, in order."""
+        table = configs if isinstance(configs, ConfigTable) else ConfigTable.of(configs)
+        n = len(table)
+        out = np.empty((n, len(self.names)), dtype=np.float64)
+        if n == 0:
+            return out
+        a = len(PROBLEM_FEATURES)
+        b = a + len(KERNEL_FEATURES)
+        c = b + len(INTERACTION_FEATURES)
+        out[:, :a] = self.problem_vector(problem)
+        out[:, a:b] = self.kernel_matrix(table)
+        out[:, b:c] = self.interaction_matrix(problem, table)
+        out[:, c:] = self.hardware_vector(problem)
+        return out

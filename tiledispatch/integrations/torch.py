@@ -1,0 +1,210 @@
+"""PyTorch integration: grouped convolutions of an existing model run by tiledispatch kernels.
+
+>>> import torch, torchvision
+>>> from tiledispatch.integrations.torch import swap_convs
+>>> model = torchvision.models.resnext50_32x4d().cuda().to(torch.bfloat16, memory_format=torch.channels_last)
+>>> swap_convs(model)            # every nn.Conv2d/Conv3d with groups > 1 becomes a TileConv2d/3d  # doctest: +SKIP
+>>> model(torch.randn(8, 3, 224, 224, device="cuda", dtype=torch.bfloat16)).sum().backward()  # doctest: +SKIP
+
+What happens per convolution call (see :mod:`.torch_runtime` and :mod:`.torch_select`):
+
+* the kernel for each (direction, shape) is chosen once per process: a ``Select`` RPC to the
+  service at ``$TILEDISPATCH_TARGET`` (or ``configure(target=...)``), or, with no service
+  configured or when it is unreachable (one WARNING line), a local ranking of the kernels by the
+  analytic model; then cached;
+* forward and both backward directions run our Triton kernels through autograd, in this process,
+  on the current CUDA stream (``torch.ops.tiledispatch.conv_fwd/conv_bwd_data/conv_bwd_weight``,
+  registered custom ops with fake implementations, so ``torch.compile`` keeps them as opaque calls);
+* bias is added by PyTorch (``y + b``, its gradient is autograd's sum over N and space);
+* layout: our kernels read channels-last memory. A model converted with
+  ``model.to(memory_format=torch.channels_last)`` (``channels_last_3d`` in 3D) pays nothing; otherwise
+  the activation, and the weight unless C/G == 1, are copied to channels-last at every call
+  (one extra read and write of each), and outputs come back channels-last;
+* tensors our kernels do not serve (CPU, or a dtype outside ``Runtime.dtypes``: bf16 and fp16 by
+  default) go to PyTorch's own convolution, logged once.
+
+Requires the ``torch`` extra (``pip install tiledispatch[torch]``); the thin client stays torch-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from . import torch_ops
+from .torch_runtime import Runtime, channels_last, configure, get_runtime, memory_format
+from .torch_select import Choice, KernelSelector, SelectionError
+
+__all__ = ["Choice", "KernelSelector", "Runtime", "SelectionError", "TileConv2d", "TileConv3d", "configure",
+           "get_runtime", "padding_of", "restore_convs", "swap_convs", "swappable", "tile_conv", "torch_ops"]
+
+
+def padding_of(padding: str | tuple[int, ...], kernel_size: tuple[int, ...],
+               dilation: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(pad_begin, pad_end) of an ``nn.Conv`` padding: ints, ``"valid"``, or ``"same"`` (PyTorch puts
+    the odd extra pixel at the end)."""
+    if padding == "valid":
+        zeros = tuple(0 for _ in kernel_size)
+        return zeros, zeros
+    if padding == "same":
+        total = [d * (k - 1) for k, d in zip(kernel_size, dilation)]
+        begin = tuple(t // 2 for t in total)
+        return begin, tuple(t - b for t, b in zip(total, begin))
+    padding = tuple(padding)
+    return padding, padding
+
+
+def tile_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride=1, padding=0,
+              dilation=1, groups: int = 1) -> torch.Tensor:
+    """``F.conv2d``/``F.conv3d`` with our kernels (padding may be asymmetric: ``(begin, end)`` pairs
+    as two tuples). Falls back to PyTorch for tensors the runtime does not accept."""
+    nd = x.dim() - 2
+    stride, dilation = _tuple(stride, nd), _tuple(dilation, nd)
+    kernel = tuple(weight.shape[2:])
+    if isinstance(padding, tuple) and len(padding) == 2 and all(isinstance(p, tuple) for p in padding):
+        pad_begin, pad_end = padding
+    else:
+        pad_begin, pad_end = padding_of(padding if isinstance(padding, str) else _tuple(padding, nd), kernel, dilation)
+    if torch.is_autocast_enabled(x.device.type):
+        dtype = torch.get_autocast_dtype(x.device.type)
+        x, weight = x.to(dtype), weight.to(dtype)
+        bias = bias.to(dtype) if bias is not None else None
+    if not get_runtime().accepts(x):
+        from .torch_reference import forward
+
+        y = forward(x, weight, groups, stride, pad_begin, pad_end, dilation)
+    else:
+        fmt = memory_format(x.dim())
+        y = torch.ops.tiledispatch.conv_fwd(x.contiguous(memory_format=fmt), weight.contiguous(memory_format=fmt),
+                                            list(stride), list(pad_begin), list(pad_end), list(dilation), groups)
+    if bias is not None:
+        y = y + bias.view(1, -1, *([1] * nd))
+    return y
+
+
+def _tuple(value: Any, n: int) -> tuple[int, ...]:
+    return tuple(value) if isinstance(value, (tuple, list)) else (int(value),) * n
+
+
+class _TileConvMixin:
+    """forward() of a TileConv: our kernels where the runtime accepts the tensor, else nn.Conv's own."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pad_begin, pad_end = padding_of(self.padding, self.kernel_size, self.dilation)
+        return tile_conv(x, self.weight, self.bias, self.stride, (pad_begin, pad_end), self.dilation, self.groups)
+
+    @classmethod
+    def from_conv(cls, conv: nn.Module) -> nn.Module:
+        """A TileConv sharing ``conv``'s parameters (state_dict compatible), mode and hooks."""
+        new = cls(conv.in_channels, conv.out_channels, conv.kernel_size, stride=conv.stride, padding=conv.padding,
+                  dilation=conv.dilation, groups=conv.groups, bias=conv.bias is not None,
+                  padding_mode=conv.padding_mode, device="meta", dtype=conv.weight.dtype)
+        new.weight = conv.weight
+        new.bias = conv.bias
+        new.train(conv.training)
+        for hooks in ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
+                      "_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_backward_hooks",
+                      "_backward_pre_hooks"):
+            if hasattr(conv, hooks):
+                setattr(new, hooks, getattr(conv, hooks))
+        return new
+
+    def to_conv(self) -> nn.Module:
+        """The plain nn.Conv with the same parameters (undoes :meth:`from_conv`)."""
+        base = nn.Conv2d if isinstance(self, nn.Conv2d) else nn.Conv3d
+        plain = base(self.in_channels, self.out_channels, self.kernel_size, stride=self.stride,
+                     padding=self.padding, dilation=self.dilation, groups=self.groups, bias=self.bias is not None,
+                     padding_mode=self.padding_mode, device="meta", dtype=self.weight.dtype)
+        plain.weight = self.weight
+        plain.bias = self.bias
+        plain.train(self.training)
+        return plain
+
+
+class TileConv2d(_TileConvMixin, nn.Conv2d):
+    """``nn.Conv2d`` whose convolutions (forward and backward) run tiledispatch kernels."""
+
+
+class TileConv3d(_TileConvMixin, nn.Conv3d):
+    """``nn.Conv3d`` whose convolutions (forward and backward) run tiledispatch kernels."""
+
+
+_TILE_FOR = {nn.Conv2d: TileConv2d, nn.Conv3d: TileConv3d}
+
+
+def _base(conv: nn.Module) -> type | None:
+    """nn.Conv2d/nn.Conv3d when ``conv`` is one, or a subclass that keeps its forward (e.g.
+    torchvision's ``Conv3DSimple``, which only changes ``__init__``); else None."""
+    if isinstance(conv, _TileConvMixin):
+        return None
+    for base in _TILE_FOR:
+        if isinstance(conv, base) and type(conv).forward is base.forward and \
+                type(conv)._conv_forward is base._conv_forward:
+            return base
+    return None
+
+
+def swappable(conv: nn.Module) -> str:
+    """Why ``conv`` cannot be swapped ("" when it can): nn.Conv2d/3d (or a subclass keeping their
+    forward) with zero padding and a plain weight."""
+    if _base(conv) is None:
+        return f"{type(conv).__name__} is not an nn.Conv2d/nn.Conv3d with their own forward"
+    if conv.padding_mode != "zeros":
+        return f"padding_mode {conv.padding_mode!r} (only 'zeros')"
+    if torch.nn.utils.parametrize.is_parametrized(conv):
+        return "parametrized weight"
+    return ""
+
+
+def swap_convs(model: nn.Module, *, min_groups: int = 2, include_dense: bool = False,
+               predicate: Callable[[str, nn.Module], bool] | None = None) -> nn.Module:
+    """Replace, in place, every swappable ``nn.Conv2d``/``nn.Conv3d`` of ``model`` with groups >= ``min_groups``
+    (every one with ``include_dense``; or those for which ``predicate(name, conv)`` is true) by a
+    :class:`TileConv2d`/:class:`TileConv3d` sharing its parameters. Returns ``model``. A subclass
+    of nn.Conv (torchvision's ``Conv3DSimple``) becomes a plain TileConv: its extra methods are gone.
+
+    Convs with another padding mode or a parametrized weight are left alone. The state dict keeps its
+    keys, so checkpoints load either way; :func:`restore_convs` undoes the swap.
+    """
+    def wanted(name: str, conv: nn.Module) -> bool:
+        if swappable(conv):
+            return False
+        if predicate is not None:
+            return bool(predicate(name, conv))
+        return include_dense or conv.groups >= min_groups
+
+    replaced: dict[int, nn.Module] = {}
+    for parent_name, parent in list(model.named_modules()):
+        for child_name, child in list(parent._modules.items()):  # named_children() hides repeats
+            if child is None:
+                continue
+            name = f"{parent_name}.{child_name}" if parent_name else child_name
+            if id(child) in replaced:
+                setattr(parent, child_name, replaced[id(child)])
+            elif wanted(name, child):
+                replaced[id(child)] = _TILE_FOR[_base(child)].from_conv(child)
+                setattr(parent, child_name, replaced[id(child)])
+    return model
+
+
+def restore_convs(model: nn.Module) -> nn.Module:
+    """Undo :func:`swap_convs` in place: every TileConv becomes the plain nn.Conv again."""
+    restored: dict[int, nn.Module] = {}
+    for _, parent in list(model.named_modules()):
+        for child_name, child in list(parent._modules.items()):
+            if isinstance(child, _TileConvMixin):
+                restored.setdefault(id(child), child.to_conv())
+                setattr(parent, child_name, restored[id(child)])
+    return model
+
+
+def swapped_convs(model: nn.Module) -> list[str]:
+    """Names of the TileConv modules in ``model``."""
+    return [name for name, module in model.named_modules() if isinstance(module, _TileConvMixin)]
+
+
+# Re-exported for users who want the tensor helpers.
+to_channels_last = channels_last

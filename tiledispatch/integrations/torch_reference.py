@@ -1,0 +1,73 @@
+"""PyTorch's own convolution for the three directions, with the custom ops' signature: what the ops
+run on devices our kernels do not serve (CPU outside interpreter tests), and the reference the
+tests compare against. Asymmetric padding (``padding="same"`` with an even filter) pads explicitly.
+Results are returned in channels-last memory, like our kernels'.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from tiledispatch.native.problem import Direction
+
+
+def _pad_spec(pad_begin: tuple[int, ...], pad_end: tuple[int, ...]) -> list[int]:
+    """F.pad's order: last dimension first, (begin, end) each."""
+    spec: list[int] = []
+    for begin, end in zip(reversed(pad_begin), reversed(pad_end)):
+        spec += [begin, end]
+    return spec
+
+
+def forward(x: torch.Tensor, weight: torch.Tensor, groups: int, stride: tuple[int, ...], pad_begin: tuple[int, ...],
+            pad_end: tuple[int, ...], dilation: tuple[int, ...]) -> torch.Tensor:
+    conv = F.conv2d if x.dim() == 4 else F.conv3d
+    if tuple(pad_begin) == tuple(pad_end):
+        return conv(x, weight, None, stride, pad_begin, dilation, groups)
+    return conv(F.pad(x, _pad_spec(pad_begin, pad_end)), weight, None, stride, 0, dilation, groups)
+
+
+def backward_data(dy: torch.Tensor, weight: torch.Tensor, x_shape: tuple[int, ...], groups: int,
+                  stride: tuple[int, ...], pad_begin: tuple[int, ...], pad_end: tuple[int, ...],
+                  dilation: tuple[int, ...]) -> torch.Tensor:
+    spatial = tuple(x_shape[2:])
+    symmetric = tuple(pad_begin) == tuple(pad_end)
+    padded = spatial if symmetric else tuple(s + b + e for s, b, e in zip(spatial, pad_begin, pad_end))
+    shell = dy.new_empty(1).expand(*x_shape[:2], *padded)  # shape only: no input values are read
+    padding = list(pad_begin) if symmetric else [0] * len(spatial)
+    grad, _, _ = torch.ops.aten.convolution_backward(dy, shell, weight, None, list(stride), padding,
+                                                     list(dilation), False, [0] * len(spatial), groups,
+                                                     [True, False, False])
+    if symmetric:
+        return grad
+    index = (slice(None), slice(None), *(slice(b, b + s) for b, s in zip(pad_begin, spatial)))
+    return grad[index]
+
+
+def backward_weight(x: torch.Tensor, dy: torch.Tensor, w_shape: tuple[int, ...], groups: int,
+                    stride: tuple[int, ...], pad_begin: tuple[int, ...], pad_end: tuple[int, ...],
+                    dilation: tuple[int, ...]) -> torch.Tensor:
+    shell = dy.new_empty(1).expand(*w_shape)  # shape only
+    zeros = [0] * (x.dim() - 2)
+    if tuple(pad_begin) == tuple(pad_end):
+        padded, padding = x, list(pad_begin)
+    else:
+        padded, padding = F.pad(x, _pad_spec(pad_begin, pad_end)), zeros
+    _, grad, _ = torch.ops.aten.convolution_backward(dy, padded, shell, None, list(stride), padding,
+                                                     list(dilation), False, zeros, groups, [False, True, False])
+    return grad
+
+
+def reference(direction: Direction, first: torch.Tensor, second: torch.Tensor, x_shape: tuple[int, ...],
+              w_shape: tuple[int, ...], groups: int, stride: tuple[int, ...], pad_begin: tuple[int, ...],
+              pad_end: tuple[int, ...], dilation: tuple[int, ...]) -> torch.Tensor:
+    """The custom ops' contract (fwd: x, w; bwd_data: dy, w; bwd_weight: x, dy) with PyTorch's kernels."""
+    if direction is Direction.FORWARD:
+        out = forward(first, second, groups, stride, pad_begin, pad_end, dilation)
+    elif direction is Direction.BACKWARD_DATA:
+        out = backward_data(first, second, x_shape, groups, stride, pad_begin, pad_end, dilation)
+    else:
+        out = backward_weight(first, second, w_shape, groups, stride, pad_begin, pad_end, dilation)
+    fmt = torch.channels_last if out.dim() == 4 else torch.channels_last_3d
+    return out.contiguous(memory_format=fmt)

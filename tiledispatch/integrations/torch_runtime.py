@@ -1,0 +1,254 @@
+"""Where the custom ops' kernels come from and how they are launched, per process.
+
+A :class:`Runtime` owns a :class:`~tiledispatch.integrations.torch_select.KernelSelector` (cache →
+service → local ranking) and the launch backend:
+
+* CUDA tensors: ``compiled`` binaries from the registry in ``registry_dir`` (or
+  ``$TILEDISPATCH_REGISTRY_DIR``) when one is built for the GPU's arch, else Triton ``jit``
+  (compiles each kernel on first use in the process: seconds per kernel, once);
+* CPU tensors: PyTorch's own convolution (the interpreter is far too slow for real models; logged
+  once), unless ``cpu="interpret"``, which runs our kernels under the Triton interpreter
+  (``TRITON_INTERPRET=1`` must be set before triton is first imported): tiny shapes in tests.
+
+Kernels run in the caller's process on the caller's current CUDA stream: Triton launches on
+``torch.cuda.current_stream()`` of the *current device*, so a tensor on another device is launched
+under ``torch.cuda.device(tensor.device)``.
+
+Per-call host cost on a cache hit: one dict lookup keyed by shapes and parameters (the
+:class:`ConvProblem` and its kernel are built once per shape), then ``launch.run``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tiledispatch.native.configs import KernelConfig
+from tiledispatch.native.problem import ConvProblem, Direction, DType
+
+from .torch_select import Choice, KernelSelector, SelectionError
+
+log = logging.getLogger("tiledispatch.integrations")
+
+_DTYPES = {torch.bfloat16: DType.BF16, torch.float16: DType.FP16, torch.float32: DType.FP32}
+
+
+def memory_format(ndim: int) -> torch.memory_format:
+    """channels_last for 4-D (N, C, H, W) tensors, channels_last_3d for 5-D ones."""
+    return torch.channels_last if ndim == 4 else torch.channels_last_3d
+
+
+def channels_last(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` in channels-last memory, 16-byte aligned (a copy only when it is not already)."""
+    fmt = memory_format(tensor.dim())
+    if not tensor.is_contiguous(memory_format=fmt):
+        tensor = tensor.contiguous(memory_format=fmt)
+    if tensor.data_ptr() % 16:
+        tensor = tensor.clone(memory_format=fmt)
+    return tensor
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A problem with its chosen kernel and how to launch it."""
+
+    problem: ConvProblem
+    choice: Choice
+    backend: str                     # compiled | jit | interpret
+    loader: Any = None
+
+    @property
+    def config(self) -> KernelConfig:
+        return self.choice.config
+
+
+class Runtime:
+    """Selection and launch settings of the PyTorch integration (one per process by default).
+
+    ``target``/``mode``/``timeout_s``/``client_options``: the selection service (see :class:`KernelSelector`;
+    ``client_options`` e.g. ``{"tls": True, "token": ...}``);
+    ``registry_dir``: compiled kernels (default ``$TILEDISPATCH_REGISTRY_DIR``; none: JIT);
+    ``arch``: override the compute target (default: from the GPU); ``cpu``: ``"torch"`` or
+    ``"interpret"``; ``dtypes``: the tensor dtypes sent to our kernels (others go to PyTorch).
+    """
+
+    def __init__(self, *, target: str | None = None, mode: str = "auto", timeout_s: float | None = None,
+                 registry_dir: str | Path | None = None, arch: str | None = None, rule_set: str = "default",
+                 cpu: str = "torch", dtypes: tuple[torch.dtype, ...] = (torch.bfloat16, torch.float16),
+                 selector: KernelSelector | None = None, client_options: dict[str, Any] | None = None):
+        if cpu not in ("torch", "interpret"):
+            raise ValueError(f"cpu: must be 'torch' or 'interpret', got {cpu!r}")
+        self.target, self.mode, self.timeout_s = target, mode, timeout_s
+        env_dir = os.environ.get("TILEDISPATCH_REGISTRY_DIR")
+        self.registry_dir = Path(registry_dir) if registry_dir else (Path(env_dir) if env_dir else None)
+        self.arch = arch or os.environ.get("TILEDISPATCH_ARCH") or None
+        self.rule_set = rule_set
+        self.cpu = cpu
+        self.dtypes = tuple(dtypes)
+        self._selector = selector
+        self.client_options = dict(client_options or {})
+        self._jit_selector: KernelSelector | None = None
+        self._registry: Any = None
+        self._entries: dict[tuple, Entry] = {}
+        self._lock = threading.Lock()
+        self._logged: set[str] = set()
+
+    # ---- what goes where -------------------------------------------------------------------------
+    def accepts(self, tensor: torch.Tensor) -> bool:
+        """Whether a convolution on ``tensor`` runs our kernels (else PyTorch's, logged once)."""
+        if tensor.dtype not in self.dtypes:
+            self.log_once(f"dtype-{tensor.dtype}", "tiledispatch: %s convolutions run PyTorch's kernels "
+                          "(our kernels are used for %s)", tensor.dtype, [str(d) for d in self.dtypes])
+            return False
+        if tensor.is_cuda:
+            return True
+        if tensor.device.type == "cpu" and self.cpu == "interpret":
+            return True
+        self.log_once(f"device-{tensor.device.type}", "tiledispatch: convolutions on %s tensors run PyTorch's "
+                      "kernels (ours run on CUDA; the Triton interpreter is only for tests)", tensor.device.type)
+        return False
+
+    def log_once(self, key: str, message: str, *args: Any) -> None:
+        if key in self._logged:
+            return
+        self._logged.add(key)
+        log.info(message, *args)
+
+    # ---- selection -------------------------------------------------------------------------------
+    @property
+    def selector(self) -> KernelSelector:
+        """The selector for the current CUDA device's arch (built on first use)."""
+        if self._selector is None:
+            with self._lock:
+                if self._selector is None:
+                    self._selector = self._build_selector()
+        return self._selector
+
+    def _device_arch(self) -> str:
+        if self.arch:
+            return self.arch
+        if torch.cuda.is_available():
+            from tiledispatch.native.arch import arch_for_device_name
+
+            index = torch.cuda.current_device()
+            spec = arch_for_device_name(torch.cuda.get_device_name(index), torch.cuda.get_device_capability(index))
+            return spec.name
+        return "sm_90"
+
+    def _build_selector(self) -> KernelSelector:
+        arch = self._device_arch()
+        pool = None
+        if self.registry_dir is not None and torch.cuda.is_available():
+            from tiledispatch.native.registry import Registry
+
+            try:
+                self._registry = Registry.load(self.registry_dir, arch)
+                pool = self._registry.configs
+            except (OSError, ValueError, KeyError) as error:
+                log.warning("tiledispatch: no usable kernel registry at %s (%s); kernels are JIT-compiled on "
+                            "first use", self.registry_dir, error)
+        return KernelSelector(self.target, mode=self.mode, arch=arch, pool=pool, rule_set=self.rule_set,
+                              timeout_s=self.timeout_s, client_options=self.client_options)
+
+    def _jit(self) -> KernelSelector:
+        """Local selection over the rule set (JIT), for problems the registry has no kernel for."""
+        if self._jit_selector is None:
+            self._jit_selector = KernelSelector(mode="local", arch=self.selector.spec, rule_set=self.rule_set)
+        return self._jit_selector
+
+    def entry(self, direction: Direction, dtype: torch.dtype, x_shape: tuple[int, ...], w_shape: tuple[int, ...],
+              groups: int, stride: tuple[int, ...], pad_begin: tuple[int, ...], pad_end: tuple[int, ...],
+              dilation: tuple[int, ...], device_type: str) -> Entry:
+        """The problem and kernel for one convolution call (cached per shape and parameters)."""
+        start = time.perf_counter()
+        key = (direction, dtype, x_shape, w_shape, groups, stride, pad_begin, pad_end, dilation, device_type)
+        found = self._entries.get(key)
+        if found is not None:  # the fast path: counted as the selector's cache hits
+            stats = self.selector.stats
+            stats.cached += 1
+            stats.cached_s += time.perf_counter() - start
+            return found
+        problem = ConvProblem(direction=direction, dtype=_DTYPES[dtype], batch=x_shape[0], groups=groups,
+                              in_channels=x_shape[1], out_channels=w_shape[0], input_size=x_shape[2:],
+                              filter_size=w_shape[2:], stride=stride, dilation=dilation, pad_begin=pad_begin,
+                              pad_end=pad_end)
+        selector = self.selector  # built first: building it loads the registry
+        if device_type != "cuda":
+            entry = Entry(problem, selector.select(problem), "interpret")
+        elif self._registry is not None:
+            try:
+                entry = Entry(problem, selector.select(problem), "compiled", self._registry.loader())
+            except SelectionError:
+                self.log_once("registry-miss", "tiledispatch: the registry at %s has no kernel for %s; "
+                              "JIT-compiling one from the rule set", self.registry_dir, problem.key)
+                entry = Entry(problem, self._jit().select(problem), "jit")
+        else:
+            entry = Entry(problem, selector.select(problem), "jit")
+        self._entries[key] = entry
+        return entry
+
+    def entries(self) -> list[Entry]:
+        return list(self._entries.values())
+
+    def clear(self) -> None:
+        """Forget every cached problem and choice (the next call selects again)."""
+        self._entries.clear()
+        if self._selector is not None:
+            self._selector.clear()
+        if self._jit_selector is not None:
+            self._jit_selector.clear()
+
+    # ---- launching -------------------------------------------------------------------------------
+    def run(self, direction: Direction, first: torch.Tensor, second: torch.Tensor, x_shape: tuple[int, ...],
+            w_shape: tuple[int, ...], groups: int, stride: tuple[int, ...], pad_begin: tuple[int, ...],
+            pad_end: tuple[int, ...], dilation: tuple[int, ...]) -> torch.Tensor:
+        """One direction on PyTorch-shaped tensors; the result is in channels-last memory."""
+        device = first.device
+        if (device.type != "cuda" and self.cpu != "interpret") or first.dtype not in _DTYPES:
+            from .torch_reference import reference
+
+            return reference(direction, first, second, x_shape, w_shape, groups, stride, pad_begin, pad_end,
+                             dilation)
+        entry = self.entry(direction, first.dtype, x_shape, w_shape, groups, stride, pad_begin, pad_end, dilation,
+                           device.type)
+        from tiledispatch.native import launch
+
+        a, b = channels_last(first), channels_last(second)
+        if device.type == "cuda" and device.index is not None and device.index != torch.cuda.current_device():
+            with torch.cuda.device(device):
+                return launch.run(entry.problem, entry.config, a, b, backend=entry.backend, loader=entry.loader,
+                                  check_support=False)
+        return launch.run(entry.problem, entry.config, a, b, backend=entry.backend, loader=entry.loader,
+                          check_support=False)
+
+
+_RUNTIME: Runtime | None = None
+_RUNTIME_LOCK = threading.Lock()
+
+
+def get_runtime() -> Runtime:
+    """The process's runtime (built from the environment on first use)."""
+    global _RUNTIME
+    if _RUNTIME is None:
+        with _RUNTIME_LOCK:
+            if _RUNTIME is None:
+                _RUNTIME = Runtime()
+    return _RUNTIME
+
+
+def configure(runtime: Runtime | None = None, **settings: Any) -> Runtime:
+    """Replace the process's runtime: ``configure(target="host:50051")``, ``configure(cpu="interpret")``,
+    or ``configure(Runtime(...))``. Cached choices are dropped."""
+    global _RUNTIME
+    if runtime is not None and settings:
+        raise ValueError("configure: give a Runtime or settings, not both")
+    with _RUNTIME_LOCK:
+        _RUNTIME = runtime if runtime is not None else Runtime(**settings)
+    return _RUNTIME
