@@ -589,7 +589,9 @@ def environment_manifest(settings: BenchSettings, ceilings: Ceilings) -> dict:
 
 
 def _git_commit() -> str:
-    """HEAD of the checkout, or ``$TILEDISPATCH_GIT_COMMIT`` where the tree is a copy without .git."""
+    """``$TILEDISPATCH_GIT_COMMIT`` when set (a copied tree may carry a stale .git), else HEAD."""
+    if os.environ.get("TILEDISPATCH_GIT_COMMIT"):
+        return os.environ["TILEDISPATCH_GIT_COMMIT"]
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
                                 cwd=Path(__file__).resolve().parent).stdout.strip()
@@ -597,7 +599,7 @@ def _git_commit() -> str:
         commit = ""
     if not re.fullmatch(r"[0-9a-f]{40}", commit):  # e.g. a copied tree whose .git has no objects
         commit = ""
-    return commit or os.environ.get("TILEDISPATCH_GIT_COMMIT", "unknown")
+    return commit or "unknown"
 
 
 def done_problem_keys(out_dir: Path) -> set[str]:
