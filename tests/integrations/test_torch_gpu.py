@@ -160,21 +160,33 @@ def test_model_outputs_and_gradients_match_pytorch(name, gpu_runtime):
 
 
 def test_torch_compile_inductor_on_gpu(gpu_runtime):
-    """torch.compile (inductor) keeps the custom ops as extern calls; forward and backward agree with eager."""
-    case, _, swapped, _, x = _models("mobilenet_v2")
-    eager_x, compiled_x = x.clone().requires_grad_(), x.clone().requires_grad_()
-    out = swapped(eager_x)
-    out.float().square().sum().backward()
-    eager_grads = {n: p.grad.clone() for n, p in swapped.named_parameters()}
-    swapped.zero_grad()
-    torch._dynamo.reset()
-    compiled = torch.compile(swapped, fullgraph=True)
-    compiled_out = compiled(compiled_x)
-    compiled_out.float().square().sum().backward()
-    assert _rel(compiled_out, out) <= LIMIT
-    assert _rel(compiled_x.grad, eager_x.grad) <= 2 * LIMIT
-    for n, p in swapped.named_parameters():
-        assert _rel(p.grad, eager_grads[n]) <= 2 * LIMIT, n
+    """torch.compile (inductor) keeps the custom ops as extern calls; forward and backward agree with
+    eager as closely as the same model on cuDNN does. Inductor fuses the bf16 batch-norm and
+    activation code differently from eager, so compiled and eager bf16 runs of a 52-layer network
+    differ by more than one layer's limit even with cuDNN (on an H200 at 780cd9b the swapped
+    model's output differed by 0.045); the bound is max(limit, 2 x cuDNN's compiled-vs-eager
+    difference), per tensor."""
+    _, cudnn, swapped, _, x = _models("mobilenet_v2")
+
+    def eager_and_compiled(model):
+        runs = []
+        for compile_it in (False, True):
+            torch._dynamo.reset()
+            model.zero_grad()
+            run_model = torch.compile(model, fullgraph=True) if compile_it else model
+            x_in = x.clone().requires_grad_()
+            out = run_model(x_in)
+            out.float().square().sum().backward()
+            runs.append({"output": out.detach(), "grad_input": x_in.grad,
+                         **{n: p.grad.clone() for n, p in model.named_parameters()}})
+        eager, compiled = runs
+        return {k: _rel(compiled[k], eager[k]) for k in eager}
+
+    theirs, ours = eager_and_compiled(cudnn), eager_and_compiled(swapped)
+    bad = {k: (ours[k], theirs[k]) for k in ours if not ours[k] <= max(LIMIT, 2 * theirs[k])}
+    print(f"\ninductor vs eager: output {ours['output']:.3g} (cuDNN {theirs['output']:.3g}), grad_input "
+          f"{ours['grad_input']:.3g} (cuDNN {theirs['grad_input']:.3g})")
+    assert not bad, f"beyond max({LIMIT}, 2 x cuDNN's compiled-vs-eager difference): {bad}"
 
 
 def test_kernels_run_on_the_callers_stream(gpu_runtime):
