@@ -376,7 +376,11 @@ def new_setup(problem: ConvProblem, settings: BenchSettings) -> ProblemSetup:
 
 def measure_kernel(setup: ProblemSetup, config: KernelConfig, loader: Any, ceilings: Ceilings,
                    settings: BenchSettings, best_us: float = float("inf")) -> dict:
-    """Check one kernel against the reference, then time it (unless pruned by ``best_us``)."""
+    """Check one kernel against the reference, then time it, unless ``settings.oracle_only`` and its
+    3-call event estimate exceeds ``PRUNE_FACTOR × best_us``. ``best_us`` must be an event-timed
+    figure too (the best per-call event time so far): both then include the host's launch cost,
+    whereas a graph-replay best would prune every kernel of a small problem whose launch costs more
+    than its device time."""
     import torch
 
     from tiledispatch.native import launch
@@ -428,6 +432,12 @@ def measure_cudnn(setup: ProblemSetup, ceilings: Ceilings, settings: BenchSettin
         torch.backends.cudnn.benchmark = True
 
 
+def prune_reference_us(row: dict) -> float:
+    """What an ``ok`` row contributes to the pruning bar: its per-call event time (like the 3-call
+    estimate it is compared with), never its graph-replay device time."""
+    return row["event_median_us"]
+
+
 def measure_iter(problem: ConvProblem, configs: list[KernelConfig], registry: Any, ceilings: Ceilings,
                  settings: BenchSettings, notify=lambda name: None) -> Iterator[dict]:
     """One row per kernel (then cuDNN) for one problem; ``notify(name)`` before each launch."""
@@ -440,7 +450,7 @@ def measure_iter(problem: ConvProblem, configs: list[KernelConfig], registry: An
         notify(config.name)
         row = measure_kernel(setup, config, loader, ceilings, settings, best)
         if row["status"] == "ok":
-            best = min(best, row["graph_us"] if row["graph_us"] == row["graph_us"] else row["event_median_us"])
+            best = min(best, prune_reference_us(row))
         yield row
     if settings.include_cudnn:
         notify(CUDNN)
