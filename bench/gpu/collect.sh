@@ -15,7 +15,7 @@ td() { python3 -m tiledispatch.cli "$@"; }
 for round in $(seq 1 "$ROUNDS"); do
   for direction in fwd bwd_data bwd_weight; do
     td bench --problems "models/data/problems/validation_${direction}${SUFFIX}.json" --direction "$direction" \
-      --dtype "$DTYPE" --cache-dir "$REG" --out "$WORK/data/validation_${direction}${SUFFIX}" --oracle-only --training \
+      --dtype "$DTYPE" --cache-dir "$REG" --out "$WORK/data/validation_${direction}${SUFFIX}" --training \
       --limit $((round * VALID_STEP)) 2>&1 | grep -E "^bench: [0-9]" 
     td bench --problems "models/data/problems/train_${direction}${SUFFIX}.json" --direction "$direction" \
       --dtype "$DTYPE" --cache-dir "$REG" --out "$WORK/data/train_${direction}${SUFFIX}" --oracle-only --training \

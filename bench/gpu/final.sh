@@ -34,7 +34,7 @@ for step in $STEPS; do
                [ "$(left)" -gt 20 ] || break
                timeout $(( $(left) - 15 )) python3 -m tiledispatch.cli bench --problems "models/data/problems/$list.json" \
                  --direction "$direction" --dtype bf16 --cache-dir "$WORK/registry" --out "$WORK/data/$list" \
-                 --oracle-only --training $([ "${list%%_*}" = train ] && echo --max-kernels 48) \
+                 --training $([ "${list%%_*}" = train ] && echo --oracle-only --max-kernels 48) \
                  > "$WORK/logs/collect_$list.txt" 2>&1
                grep -E "^bench: [0-9]" "$WORK/logs/collect_$list.txt"; grep -c "rows, best" "$WORK/logs/collect_$list.txt"
              done ;;
