@@ -1,0 +1,67 @@
+"""The models shipped under models/artifacts: trained on committed measured data, reproducible
+bit for bit from it by the command their manifest records, and served by the server's model store."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from tiledispatch.native.problem import ConvProblem, Direction, DType
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "models" / "artifacts"
+SHIPPED = sorted(p for p in ARTIFACTS.glob("*/*") if (p / "model.txt").exists())
+
+pytest.importorskip("lightgbm")
+
+
+def test_there_are_shipped_models_for_every_direction():
+    directions = {json.loads((p / "train_manifest.json").read_text())["direction"] for p in SHIPPED}
+    assert directions == {"fwd", "bwd_data", "bwd_weight"}
+
+
+@pytest.mark.parametrize("folder", SHIPPED, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_manifest_names_measured_data_on_a_gpu(folder):
+    manifest = json.loads((folder / "train_manifest.json").read_text())
+    assert manifest["gpus"] and all("H200" in g or "H100" in g for g in manifest["gpus"])
+    for dataset in manifest["datasets"]:
+        data = ROOT / dataset["path"]
+        assert (data / "manifest.json").exists() and list(data.glob("rows-*.parquet")), dataset["path"]
+    assert (folder / "feature_spec.json").exists()
+
+
+def test_the_recorded_command_reproduces_the_forward_model_bit_for_bit(tmp_path, monkeypatch):
+    from tiledispatch.models import train
+
+    folder = next(p for p in SHIPPED if "fwd" in p.parent.name)
+    command = shlex.split(json.loads((folder / "train_manifest.json").read_text())["command"])
+    args = command[command.index("tiledispatch.models.train") + 1:]
+    out = args.index("--out")
+    args[out + 1] = str(tmp_path)
+    monkeypatch.chdir(ROOT)
+    assert train.main(args) in (0, None)
+    rebuilt = tmp_path / folder.parent.name / folder.name / "model.txt"
+    assert rebuilt.read_bytes() == (folder / "model.txt").read_bytes()
+
+
+def test_the_server_serves_the_shipped_models():
+    from tiledispatch.native.arch import get_arch
+    from tiledispatch.server.predictors import ModelStore
+
+    store = ModelStore.load(ARTIFACTS, get_arch("sm_90"))
+    for direction in Direction:
+        model = store.choose(DType.BF16, direction)
+        assert model is not None and model.kind == "trained", direction
+        problem = ConvProblem(direction=direction, dtype=DType.BF16, batch=8, groups=32, in_channels=128,
+                              out_channels=128, input_size=(28, 28), filter_size=(3, 3), stride=(1, 1), dilation=(1, 1),
+                              pad_begin=(1, 1),
+                              pad_end=(1, 1))
+        from tiledispatch.native.rules import rule_set_configs
+        from tiledispatch.native.support import is_supported
+
+        configs = [c for c in rule_set_configs("default") if is_supported(problem, c)]
+        predicted = model.predict_us(problem, configs)
+        assert len(predicted) == len(configs) and (predicted > 0).all()
