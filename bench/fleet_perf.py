@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,17 +20,11 @@ import threading
 import time
 from pathlib import Path
 
+# The same Select problem and port helper as the single-server measurement (run as a script,
+# this folder is on sys.path).
+from service_perf import PROBLEM, _free_port  # noqa: E402
+
 from tiledispatch.client import Client
-
-PROBLEM = dict(direction="fwd", dtype="bf16", batch=32, groups=32, in_channels=128, out_channels=128,
-               input_size=[56, 56], filter_size=[3, 3], stride=[1, 1], dilation=[1, 1], pad_begin=[1, 1],
-               pad_end=[1, 1])
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _start(home: Path) -> tuple[subprocess.Popen, str]:

@@ -39,6 +39,9 @@ from .problem import ProblemLike, as_proto
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 DEFAULT_TIMEOUT_S = 30.0
+_RUN_METHOD = "/tiledispatch.v1.TileDispatchService/Run"
+_MAX_WINDOW = 256 * 1024 * 1024
+_MAX_FRAME = (1 << 24) - 1
 _ROUND_ROBIN = json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})
 
 
@@ -154,6 +157,9 @@ class Client:
         self.max_backoff_s = max_backoff_s
         limit = max_message_mb * 1024 * 1024
         channel_options = [("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit),
+                           # large tensors: a wide stream window and the largest frames
+                           ("grpc.http2.lookahead_bytes", min(limit, _MAX_WINDOW)),
+                           ("grpc.http2.max_frame_size", _MAX_FRAME),
                            ("grpc.service_config", _ROUND_ROBIN),
                            ("grpc.enable_retries", 0),  # retries are ours: UNAVAILABLE only, bounded
                            *options]
@@ -166,6 +172,10 @@ class Client:
                 channel_options.append(("grpc.ssl_target_name_override", settings.server_name))
             self._channel = grpc.secure_channel(self.target, settings.credentials(), options=channel_options)
         self._stub = pb_grpc.TileDispatchServiceStub(self._channel)
+        # Run with tensors sends bytes serialized here (codec.serialize_run_request: one copy of the
+        # tensor bytes instead of three); any other Run request is serialized as usual.
+        self._run = self._channel.unary_unary(_RUN_METHOD, request_serializer=_serialize_run,
+                                              response_deserializer=pb.RunResponse.FromString)
 
     def close(self) -> None:
         self._channel.close()
@@ -206,7 +216,7 @@ class Client:
         comes back as float32 values, or as uint16 bits with ``bf16="bits"``.
         """
         message = as_proto(problem)
-        request = pb.RunRequest(problem=message, kernel=kernel, return_inputs=return_inputs)
+        request: pb.RunRequest | bytes = pb.RunRequest(problem=message, kernel=kernel, return_inputs=return_inputs)
         if generate_inputs or inputs is None:
             if inputs is not None:
                 raise ValueError("inputs: give tensors or generate_inputs=True, not both")
@@ -214,9 +224,8 @@ class Client:
         else:
             first, second = inputs
             dtype = message.dtype or pb.DATA_TYPE_FP32  # unset: the server names the problem field
-            request.tensors.first.CopyFrom(codec.encode_tensor(first, dtype))
-            request.tensors.second.CopyFrom(codec.encode_tensor(second, dtype))
-        response = self._unary(self._stub.Run, request, timeout)
+            request = codec.serialize_run_request(request, first, second, dtype)
+        response = self._unary(self._run, request, timeout)
 
         def decode(tensor: pb.Tensor, field: str) -> np.ndarray:
             return codec.decode_tensor(tensor, field=field, bf16=bf16)
@@ -315,6 +324,10 @@ class Client:
 
 
 # ---- helpers -------------------------------------------------------------------------------------
+def _serialize_run(request: pb.RunRequest | bytes) -> bytes:
+    return request if isinstance(request, bytes) else request.SerializeToString()
+
+
 _ENUM_PREFIXES = ("DIRECTION_", "DATA_TYPE_", "FAMILY_", "MODEL_KIND_", "SELECTION_SOURCE_", "EXECUTION_TARGET_",
                   "MEASUREMENT_STATUS_", "LAYOUT_")
 _SHORT = {"FORWARD": "fwd", "BACKWARD_DATA": "bwd_data", "BACKWARD_WEIGHT": "bwd_weight"}

@@ -146,18 +146,22 @@ def run_query(request: pb.RunRequest) -> RunQuery:
     return RunQuery(problem, request.kernel, inputs=(arrays[0], arrays[1]))
 
 
-def _wire_tensor(array, dtype: DType) -> pb.Tensor:
-    return pb.Tensor(dtype=codec.DTYPE_TO_PROTO[dtype.value], shape=list(array.shape), data=array.tobytes())
+def _wire_tensor(message: pb.Tensor, array, dtype: DType) -> None:
+    """Fill ``message`` in place (building a Tensor and copying it in would copy the bytes again)."""
+    message.dtype = codec.DTYPE_TO_PROTO[dtype.value]
+    message.shape.extend(int(s) for s in array.shape)
+    message.data = array.tobytes()
 
 
 def run_response(result: RunResult, dtype: DType) -> pb.RunResponse:
-    response = pb.RunResponse(output=_wire_tensor(result.output, dtype), kernel=result.kernel,
-                              elapsed_us=result.elapsed_us, executed_on=TARGET_TO_PROTO[result.executed_on])
+    response = pb.RunResponse(kernel=result.kernel, elapsed_us=result.elapsed_us,
+                              executed_on=TARGET_TO_PROTO[result.executed_on])
+    _wire_tensor(response.output, result.output, dtype)
     if result.selection_source is not None:
         response.selection_source = SOURCE_TO_PROTO[result.selection_source]
     if result.inputs is not None:
-        response.inputs.first.CopyFrom(_wire_tensor(result.inputs[0], dtype))
-        response.inputs.second.CopyFrom(_wire_tensor(result.inputs[1], dtype))
+        _wire_tensor(response.inputs.first, result.inputs[0], dtype)
+        _wire_tensor(response.inputs.second, result.inputs[1], dtype)
     return response
 
 

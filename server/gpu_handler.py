@@ -13,6 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from tiledispatch.native.configs import parse_kernel_name
 from tiledispatch.native.problem import ConvProblem
 
@@ -84,7 +86,7 @@ class GpuHandler:
         out = self._launch.run(problem, config, first, second, **options)
         end.record()
         end.synchronize()
-        data = out.contiguous().view(torch.uint8).cpu().numpy().tobytes()
+        data = out.contiguous().view(torch.uint8).cpu().numpy()  # an array: the pool moves it by shared memory
         return {"output": data, "elapsed_us": start.elapsed_time(end) * 1000.0}
 
     def measure(self, payload: dict[str, Any]) -> dict[str, Any]:
@@ -112,9 +114,13 @@ class GpuHandler:
                 "relative_error": float(row["relative_error"]), "message": str(row.get("message", ""))}
 
     # ---- helpers ---------------------------------------------------------------------------------
-    def _tensor(self, data: bytes, shape: tuple[int, ...], problem: ConvProblem):
+    def _tensor(self, data, shape: tuple[int, ...], problem: ConvProblem):
+        """A device tensor from the wire bytes: a numpy array over the worker's shared memory (large
+        tensors; read in place, no host copy) or bytes (small ones, copied: torch wants writable)."""
         torch = self._torch
-        host = torch.frombuffer(bytearray(data), dtype=self._launch.torch_dtype(problem.dtype)).reshape(shape)
+        writable = isinstance(data, np.ndarray) and data.flags.writeable and data.flags.c_contiguous
+        host = torch.frombuffer(data if writable else bytearray(data),
+                                dtype=self._launch.torch_dtype(problem.dtype)).reshape(shape)
         return host.to(self.device)
 
     def is_fatal(self, error: BaseException) -> bool:

@@ -42,6 +42,8 @@ from .worker import WorkerPool
 log = logging.getLogger("tiledispatch.server")
 
 _HEALTH_SERVICES = ("", SERVICE_NAME)
+#: The largest HTTP/2 frame (2^24 - 1 bytes).
+_MAX_FRAME = (1 << 24) - 1
 
 
 def build_dispatcher(settings: Settings, metrics: Metrics) -> Dispatcher:
@@ -105,6 +107,11 @@ async def serve(settings: Settings, *, on_listening: Callable[[int], None] | Non
     server = grpc.aio.server(interceptors=interceptors,
                              options=[("grpc.max_receive_message_length", limit),
                                       ("grpc.max_send_message_length", limit),
+                                      # A stream window as large as a message, and large frames: a
+                                      # 64 MiB Run request then flows without waiting for window
+                                      # updates (about 1.5x faster on loopback).
+                                      ("grpc.http2.lookahead_bytes", limit),
+                                      ("grpc.http2.max_frame_size", _MAX_FRAME),
                                       ("grpc.so_reuseport", 0)])  # a taken port must fail, not be shared
     servicer = Servicer(metrics, fast, heavy, settings.max_concurrency, settings.max_queue)
     pb_grpc.add_TileDispatchServiceServicer_to_server(servicer, server)

@@ -114,7 +114,7 @@ class ModelStore:
                           extra={"path": str(folder)})
                 continue
             store.trained.append(predictor)
-            log.info("model loaded", extra={"name": predictor.name, "version": predictor.version})
+            log.info("model loaded", extra={"model": predictor.name, "version": predictor.version})
         return store
 
     def all(self) -> list[Predictor]:

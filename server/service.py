@@ -214,8 +214,8 @@ class Dispatcher:
                                     f"carry ({limit} bytes, --max-message-mb)", field="return_inputs")
 
     def _run_gpu(self, problem: ConvProblem, config: KernelConfig, first: np.ndarray, second: np.ndarray):
-        payload = {"problem": problem.to_dict(), "kernel": config.name, "first": first.tobytes(),
-                   "second": second.tobytes()}
+        # The arrays themselves: the worker pool copies them once, into the worker's shared memory.
+        payload = {"problem": problem.to_dict(), "kernel": config.name, "first": first, "second": second}
         answer = self._gpu_call("run", payload, config.name)
         shape = problem.operand_shapes[2]
         output = np.frombuffer(answer["output"], dtype=_WIRE[problem.dtype]).reshape(shape)

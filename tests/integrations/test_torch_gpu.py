@@ -12,6 +12,10 @@ Two checks per model (``tests/integrations/models.py`` lists the models and why)
    bound is relative to cuDNN's own bf16 model: ``err(ours) ≤ max(1e-2, 2 × err(cuDNN))`` per
    tensor. The errors are printed (``-s``) beside cuDNN's.
 
+Both run under the ``ours`` policy (every swapped convolution on our kernels); a third runs check 2
+under ``fastest`` (each problem on the faster of ours and cuDNN, timed on its first call) and checks
+that every problem was decided.
+
 Run: ``pytest -m gpu tests/integrations/test_torch_gpu.py -v -s`` (skips cleanly without CUDA or
 torchvision). Kernels are JIT-compiled on first use unless ``TILEDISPATCH_REGISTRY_DIR`` names a
 built registry (much faster: no compiles).
@@ -46,9 +50,10 @@ def _torchvision():
 
 @pytest.fixture
 def gpu_runtime(runtime_factory):
+    """Our kernels for every swapped convolution (policy ``ours``: nothing goes to cuDNN)."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    return runtime_factory()
+    return runtime_factory(policy="ours")
 
 
 def _rel(a, b) -> float:
@@ -131,6 +136,32 @@ def test_every_swapped_layer_within_design_limits(name, gpu_runtime):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_model_outputs_and_gradients_match_pytorch(name, gpu_runtime):
+    _check_against_fp64(name)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_fastest_policy_matches_pytorch_and_records_decisions(name, runtime_factory):
+    """Under ``fastest`` each problem runs the faster of ours and cuDNN (decided on its first call,
+    within the checked step); the model stays within the same bounds and every problem is decided."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from tiledispatch.integrations.torch import dispatch_report
+
+    runtime = runtime_factory(policy="fastest")
+    _check_against_fp64(name)
+    report = dispatch_report()
+    problems = {e.problem.key for e in runtime.entries()}
+    assert report and {r["problem"] for r in report} == problems, "a problem ran undecided"
+    assert {r["direction"] for r in report} == {"fwd", "bwd_data", "bwd_weight"}
+    assert all(r["impl"] in ("ours", "pytorch") and r["ours_ms"] > 0 and r["pytorch_ms"] > 0 for r in report)
+    to_ours = sum(r["impl"] == "ours" for r in report)
+    print(f"{name}: {len(report)} problems decided, {to_ours} to ours, {len(report) - to_ours} to cuDNN, "
+          f"{sum(r['decision_s'] for r in report):.2f} s deciding")
+
+
+def _check_against_fp64(name):
+    """Check 2 of the module docstring: the swapped model's output and gradients vs float64, bounded
+    by cuDNN's own bf16 errors."""
     case, cudnn, swapped, reference, x = _models(name)
     names = set(_swapped_names(swapped))
     results = {}
@@ -220,3 +251,30 @@ def test_autocast_sends_fp32_models_to_bf16_kernels(gpu_runtime):
     assert any(e.problem.dtype is DType.BF16 for e in gpu_runtime.entries())
     expected = torch.nn.functional.conv2d(x.double(), conv.weight.double(), conv.bias.double(), 1, 1, 1, 8)
     assert _rel(y, expected) <= LIMIT
+
+
+def test_fastest_decides_outside_cuda_graph_capture(runtime_factory):
+    """Under ``fastest``, a problem first seen while a CUDA graph is captured runs our kernel there,
+    undecided; its first eager call afterwards decides it."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from tiledispatch.integrations.torch import dispatch_report, tile_conv
+
+    runtime = runtime_factory(policy="ours")
+    cl = torch.channels_last
+    x = torch.randn(8, 64, 28, 28, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=cl)
+    w = torch.randn(64, 1, 3, 3, device="cuda", dtype=torch.bfloat16)
+    tile_conv(x, w, None, 1, 1, 1, 64)  # select and compile our kernel before capturing
+    torch.cuda.synchronize()
+    runtime.policy = "fastest"
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = tile_conv(x, w, None, 1, 1, 1, 64)
+    assert not dispatch_report()
+    graph.replay()
+    torch.cuda.synchronize()
+    expected = torch.nn.functional.conv2d(x.double(), w.double(), None, 1, 1, 1, 64)
+    assert _rel(y, expected) <= LIMIT
+    eager = tile_conv(x, w, None, 1, 1, 1, 64)
+    assert [r["direction"] for r in dispatch_report()] == ["fwd"]
+    assert _rel(eager, expected) <= LIMIT

@@ -49,7 +49,7 @@ def test_info_reports_the_worker(client):
 
 def test_run_goes_to_the_worker(client):
     result = client.run(TINY, generate_inputs=True, seed=3, return_inputs=True)
-    assert result.executed_on == "gpu" and result.elapsed_us == 12.5
+    assert result.executed_on == "gpu" and result.elapsed_us > 0
     expected = run_reference(ConvProblem(**TINY), *(x.astype(np.float64) for x in result.inputs))
     assert np.allclose(result.output, expected, rtol=2**-8, atol=2**-8 * np.abs(expected).max())
 

@@ -46,7 +46,8 @@ def test_our_client(server_process):
         info = client.info()
         assert info["has_gpu"] is HAS_CUDA  # --gpus auto probed this host
         assert info["max_message_bytes"] == 4 * 1024 * 1024
-        assert client.select(TINY).source == "analytic"
+        selection = client.select(TINY)
+        assert (selection.source, selection.model) == ("model", ("lgbm-sm_90-bf16-fwd", "1"))  # the shipped model
         result = client.run(TINY, generate_inputs=True)
         assert result.executed_on == ("gpu" if HAS_CUDA else "cpu_reference")
         assert result.output.dtype == np.float32 and result.output.shape == (2, 2, 6, 3, 3)
@@ -92,7 +93,7 @@ def test_grpclib_client(server_process):
     answer_problem = codec.problem_to_proto({**TINY, "batch": 0})
     info, answer, bad, bad_stream = asyncio.run(main())
     assert info.registry_size > 0 and info.has_gpu is HAS_CUDA
-    assert len(answer.candidates) == 2 and answer.source == pb.SELECTION_SOURCE_ANALYTIC
+    assert len(answer.candidates) == 2 and answer.source == pb.SELECTION_SOURCE_MODEL
     assert bad.status == Status.INVALID_ARGUMENT and bad.message.startswith("problem.batch:")
     assert bad_stream.status == Status.INVALID_ARGUMENT and bad_stream.message.startswith("problem.batch:")
 
@@ -123,7 +124,7 @@ def test_metrics_endpoint(server_process):
     for needle in ('tiledispatch_rpc_requests_total{code="OK",method="Select"}',
                    'tiledispatch_rpc_requests_total{code="INVALID_ARGUMENT",method="Select"}',
                    'tiledispatch_rpc_latency_seconds_bucket{code="OK",le="0.005",method="Select"}',
-                   'tiledispatch_selections_total{model="analytic/1",source="analytic"}',
+                   'tiledispatch_selections_total{model="lgbm-sm_90-bf16-fwd/1",source="model"}',
                    "tiledispatch_selection_cache_total", "tiledispatch_selection_cache_hit_ratio",
                    f"tiledispatch_registry_kernels {registry_size}.0", "tiledispatch_ready 1.0",
                    "tiledispatch_kernel_run_seconds_count", "tiledispatch_worker_restarts_total",
@@ -162,7 +163,7 @@ def test_load_on_loopback(server_process):
 def test_graceful_shutdown_on_sigterm(tmp_path):
     server = ServerProcess(tmp_path, "--gpus", "none", "--grace-s", "2").start()
     with Client(server.target) as client:
-        assert client.select(TINY).source == "analytic"
+        assert client.select(TINY).source == "model"
     start = time.monotonic()
     status = server.stop()
     assert status == 0 and time.monotonic() - start < 15

@@ -15,6 +15,11 @@ What happens per convolution call (see :mod:`.torch_runtime` and :mod:`.torch_se
 * forward and both backward directions run our Triton kernels through autograd, in this process,
   on the current CUDA stream (``torch.ops.tiledispatch.conv_fwd/conv_bwd_data/conv_bwd_weight``,
   registered custom ops with fake implementations, so ``torch.compile`` keeps them as opaque calls);
+* which implementation runs a (direction, shape) is the runtime's policy (:mod:`.torch_dispatch`;
+  ``configure(policy=...)`` or ``$TILEDISPATCH_TORCH_POLICY``): by default on CUDA (``fastest``) our
+  kernel and PyTorch's convolution (cuDNN) are both timed on its first call and the faster serves it
+  from then on (one INFO line each; :func:`dispatch_report` lists the decisions); ``ours`` always
+  runs our kernels, ``pytorch`` always PyTorch's; both give the same channels-last result;
 * bias is added by PyTorch (``y + b``, its gradient is autograd's sum over N and space);
 * layout: our kernels read channels-last memory. A model converted with
   ``model.to(memory_format=torch.channels_last)`` (``channels_last_3d`` in 3D) pays nothing; otherwise
@@ -35,11 +40,19 @@ import torch
 from torch import nn
 
 from . import torch_ops
+from .torch_dispatch import POLICIES, Decision, EventTimer
 from .torch_runtime import Runtime, channels_last, configure, get_runtime, memory_format
 from .torch_select import Choice, KernelSelector, SelectionError
 
-__all__ = ["Choice", "KernelSelector", "Runtime", "SelectionError", "TileConv2d", "TileConv3d", "configure",
-           "get_runtime", "padding_of", "restore_convs", "swap_convs", "swappable", "tile_conv", "torch_ops"]
+__all__ = ["POLICIES", "Choice", "Decision", "EventTimer", "KernelSelector", "Runtime", "SelectionError",
+           "TileConv2d", "TileConv3d", "configure", "dispatch_report", "get_runtime", "padding_of", "restore_convs",
+           "swap_convs", "swappable", "tile_conv", "torch_ops"]
+
+
+def dispatch_report() -> list[dict[str, Any]]:
+    """The process runtime's ``fastest`` decisions so far, one dict per (direction, problem): see
+    :meth:`Runtime.dispatch_report`."""
+    return get_runtime().dispatch_report()
 
 
 def padding_of(padding: str | tuple[int, ...], kernel_size: tuple[int, ...],

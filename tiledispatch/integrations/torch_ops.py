@@ -10,7 +10,10 @@ in channels-last memory (``N, *spatial, G, C/G`` and ``G, K/G, *filter, C/G`` ar
 so an operand that is not channels-last is copied once per call (none is, in a channels-last
 model), and every result is returned channels-last. Autograd of ``conv_fwd``:
 ``dx = conv_bwd_data(dy, w)``, ``dw = conv_bwd_weight(x, dy)``; the backward ops themselves have no
-autograd (double backward is not supported). Registering the ops is the only thing importing this
+autograd (double backward is not supported). Inside each op the runtime's policy picks our kernel or
+PyTorch's own convolution for that direction (:mod:`.torch_dispatch`: by default the faster of both,
+timed once per problem on CUDA); the ops, their schemas and fake implementations, and the layout of
+their results are the same whichever runs. Registering the ops is the only thing importing this
 module does.
 """
 
@@ -47,7 +50,7 @@ def _params(stride, pad_begin, pad_end, dilation) -> tuple[tuple[int, ...], ...]
 @torch.library.custom_op(f"{NAMESPACE}::conv_fwd", mutates_args=())
 def conv_fwd(x: Tensor, weight: Tensor, stride: list[int], pad_begin: list[int], pad_end: list[int],
              dilation: list[int], groups: int) -> Tensor:
-    """Y = conv(X, W): our forward kernel chosen for this shape."""
+    """Y = conv(X, W): our forward kernel chosen for this shape (or PyTorch's, per the policy)."""
     return get_runtime().run(Direction.FORWARD, x, weight, tuple(x.shape), tuple(weight.shape), groups,
                              *_params(stride, pad_begin, pad_end, dilation))
 

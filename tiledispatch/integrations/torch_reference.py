@@ -1,7 +1,9 @@
 """PyTorch's own convolution for the three directions, with the custom ops' signature: what the ops
 run on devices our kernels do not serve (CPU outside interpreter tests), and the reference the
 tests compare against. Asymmetric padding (``padding="same"`` with an even filter) pads explicitly.
-Results are returned in channels-last memory, like our kernels'.
+Results are returned in channels-last memory with canonical strides (those of
+``torch.empty(..., memory_format=channels_last)``), exactly like our kernels' and the custom ops'
+fake implementations, so either may serve the ops (:mod:`.torch_dispatch`).
 """
 
 from __future__ import annotations
@@ -69,5 +71,25 @@ def reference(direction: Direction, first: torch.Tensor, second: torch.Tensor, x
         out = backward_data(first, second, x_shape, groups, stride, pad_begin, pad_end, dilation)
     else:
         out = backward_weight(first, second, w_shape, groups, stride, pad_begin, pad_end, dilation)
+    return canonical_channels_last(out)
+
+
+def canonical_channels_last(out: torch.Tensor) -> torch.Tensor:
+    """``out`` in channels-last memory with canonical strides (a copy only when it is not already:
+    ``is_contiguous`` accepts any stride on a size-1 dimension, which cuDNN results may have)."""
     fmt = torch.channels_last if out.dim() == 4 else torch.channels_last_3d
-    return out.contiguous(memory_format=fmt)
+    if out.is_contiguous(memory_format=fmt) and out.stride() == _channels_last_strides(out.shape):
+        return out
+    return torch.empty(out.shape, dtype=out.dtype, device=out.device, memory_format=fmt).copy_(out)
+
+
+def _channels_last_strides(shape: torch.Size) -> tuple[int, ...]:
+    """Strides of a dense ``N, *spatial, C`` layout of an ``N, C, *spatial`` shape."""
+    strides = [0] * len(shape)
+    strides[1] = 1
+    step = shape[1]
+    for dim in range(len(shape) - 1, 1, -1):
+        strides[dim] = step
+        step *= shape[dim]
+    strides[0] = step
+    return tuple(strides)

@@ -14,8 +14,12 @@ Kernels run in the caller's process on the caller's current CUDA stream: Triton 
 ``torch.cuda.current_stream()`` of the *current device*, so a tensor on another device is launched
 under ``torch.cuda.device(tensor.device)``.
 
+Which implementation serves a call, ours or PyTorch's own convolution, is the runtime's ``policy``
+(:mod:`.torch_dispatch`; default ``auto``: the faster of both per problem on CUDA, timed once).
+
 Per-call host cost on a cache hit: one dict lookup keyed by shapes and parameters (the
-:class:`ConvProblem` and its kernel are built once per shape), then ``launch.run``.
+:class:`ConvProblem`, its kernel and, under ``fastest``, its decision are built once per shape), then
+``launch.run`` or PyTorch's convolution.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +37,9 @@ import torch
 from tiledispatch.native.configs import KernelConfig
 from tiledispatch.native.problem import ConvProblem, Direction, DType
 
+from . import torch_dispatch as dispatch
+from .torch_dispatch import Decision, EventTimer, Timer
+from .torch_reference import reference
 from .torch_select import Choice, KernelSelector, SelectionError
 
 log = logging.getLogger("tiledispatch.integrations")
@@ -57,12 +64,13 @@ def channels_last(tensor: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Entry:
-    """A problem with its chosen kernel and how to launch it."""
+    """A problem with its chosen kernel, how to launch it and, once made, the ``fastest`` decision."""
 
     problem: ConvProblem
     choice: Choice
     backend: str                     # compiled | jit | interpret
     loader: Any = None
+    decision: Decision | None = None
 
     @property
     def config(self) -> KernelConfig:
@@ -76,13 +84,17 @@ class Runtime:
     ``client_options`` e.g. ``{"tls": True, "token": ...}``);
     ``registry_dir``: compiled kernels (default ``$TILEDISPATCH_REGISTRY_DIR``; none: JIT);
     ``arch``: override the compute target (default: from the GPU); ``cpu``: ``"torch"`` or
-    ``"interpret"``; ``dtypes``: the tensor dtypes sent to our kernels (others go to PyTorch).
+    ``"interpret"``; ``dtypes``: the tensor dtypes sent to our kernels (others go to PyTorch);
+    ``policy``: ``auto``/``fastest``/``ours``/``pytorch`` (default ``$TILEDISPATCH_TORCH_POLICY``, else
+    ``auto``; see :mod:`.torch_dispatch`); ``timer``: how ``fastest`` times an implementation
+    (default :class:`~.torch_dispatch.EventTimer`; tests inject fakes).
     """
 
     def __init__(self, *, target: str | None = None, mode: str = "auto", timeout_s: float | None = None,
                  registry_dir: str | Path | None = None, arch: str | None = None, rule_set: str = "default",
                  cpu: str = "torch", dtypes: tuple[torch.dtype, ...] = (torch.bfloat16, torch.float16),
-                 selector: KernelSelector | None = None, client_options: dict[str, Any] | None = None):
+                 selector: KernelSelector | None = None, client_options: dict[str, Any] | None = None,
+                 policy: str | None = None, timer: Timer | None = None):
         if cpu not in ("torch", "interpret"):
             raise ValueError(f"cpu: must be 'torch' or 'interpret', got {cpu!r}")
         self.target, self.mode, self.timeout_s = target, mode, timeout_s
@@ -99,6 +111,17 @@ class Runtime:
         self._entries: dict[tuple, Entry] = {}
         self._lock = threading.Lock()
         self._logged: set[str] = set()
+        self.policy = policy if policy is not None else os.environ.get(dispatch.POLICY_ENV)
+        self.timer: Timer = timer if timer is not None else EventTimer()
+
+    @property
+    def policy(self) -> str:
+        """``auto``, ``fastest``, ``ours`` or ``pytorch``; settable (decisions made so far are kept)."""
+        return self._policy
+
+    @policy.setter
+    def policy(self, value: str | None) -> None:
+        self._policy = dispatch.parse_policy(value)
 
     # ---- what goes where -------------------------------------------------------------------------
     def accepts(self, tensor: torch.Tensor) -> bool:
@@ -163,6 +186,16 @@ class Runtime:
             self._jit_selector = KernelSelector(mode="local", arch=self.selector.spec, rule_set=self.rule_set)
         return self._jit_selector
 
+    @staticmethod
+    def problem(direction: Direction, dtype: torch.dtype, x_shape: tuple[int, ...], w_shape: tuple[int, ...],
+                groups: int, stride: tuple[int, ...], pad_begin: tuple[int, ...], pad_end: tuple[int, ...],
+                dilation: tuple[int, ...]) -> ConvProblem:
+        """The :class:`ConvProblem` of one call (PyTorch shapes: ``N, C, *spatial`` and ``K, C/G, *filter``)."""
+        return ConvProblem(direction=direction, dtype=_DTYPES[dtype], batch=x_shape[0], groups=groups,
+                           in_channels=x_shape[1], out_channels=w_shape[0], input_size=x_shape[2:],
+                           filter_size=w_shape[2:], stride=stride, dilation=dilation, pad_begin=pad_begin,
+                           pad_end=pad_end)
+
     def entry(self, direction: Direction, dtype: torch.dtype, x_shape: tuple[int, ...], w_shape: tuple[int, ...],
               groups: int, stride: tuple[int, ...], pad_begin: tuple[int, ...], pad_end: tuple[int, ...],
               dilation: tuple[int, ...], device_type: str) -> Entry:
@@ -175,10 +208,7 @@ class Runtime:
             stats.cached += 1
             stats.cached_s += time.perf_counter() - start
             return found
-        problem = ConvProblem(direction=direction, dtype=_DTYPES[dtype], batch=x_shape[0], groups=groups,
-                              in_channels=x_shape[1], out_channels=w_shape[0], input_size=x_shape[2:],
-                              filter_size=w_shape[2:], stride=stride, dilation=dilation, pad_begin=pad_begin,
-                              pad_end=pad_end)
+        problem = self.problem(direction, dtype, x_shape, w_shape, groups, stride, pad_begin, pad_end, dilation)
         selector = self.selector  # built first: building it loads the registry
         if device_type != "cuda":
             entry = Entry(problem, selector.select(problem), "interpret")
@@ -197,8 +227,18 @@ class Runtime:
     def entries(self) -> list[Entry]:
         return list(self._entries.values())
 
+    def dispatch_report(self) -> list[dict[str, Any]]:
+        """One dict per problem decided under ``fastest``: problem key, direction, our kernel and its
+        source, the implementation chosen (``ours``/``pytorch``), both times in ms, PyTorch's time over
+        ours (``speedup``) and the decision's wall time (``decision_s``)."""
+        return [{"problem": e.problem.key, "direction": e.problem.direction.value, "kernel": e.config.name,
+                 "source": e.choice.source, "backend": e.backend, "impl": e.decision.impl,
+                 "ours_ms": e.decision.ours_ms, "pytorch_ms": e.decision.pytorch_ms,
+                 "speedup": e.decision.speedup, "decision_s": e.decision.seconds}
+                for e in self.entries() if e.decision is not None]
+
     def clear(self) -> None:
-        """Forget every cached problem and choice (the next call selects again)."""
+        """Forget every cached problem, choice and decision (the next call selects and decides again)."""
         self._entries.clear()
         if self._selector is not None:
             self._selector.clear()
@@ -209,24 +249,55 @@ class Runtime:
     def run(self, direction: Direction, first: torch.Tensor, second: torch.Tensor, x_shape: tuple[int, ...],
             w_shape: tuple[int, ...], groups: int, stride: tuple[int, ...], pad_begin: tuple[int, ...],
             pad_end: tuple[int, ...], dilation: tuple[int, ...]) -> torch.Tensor:
-        """One direction on PyTorch-shaped tensors; the result is in channels-last memory."""
+        """One direction on PyTorch-shaped tensors, by the implementation the policy picks; the result
+        is in channels-last memory either way."""
+        call = (direction, first, second, x_shape, w_shape, groups, stride, pad_begin, pad_end, dilation)
         device = first.device
         if (device.type != "cuda" and self.cpu != "interpret") or first.dtype not in _DTYPES:
-            from .torch_reference import reference
-
-            return reference(direction, first, second, x_shape, w_shape, groups, stride, pad_begin, pad_end,
-                             dilation)
-        entry = self.entry(direction, first.dtype, x_shape, w_shape, groups, stride, pad_begin, pad_end, dilation,
-                           device.type)
-        from tiledispatch.native import launch
-
-        a, b = channels_last(first), channels_last(second)
+            return reference(*call)
         if device.type == "cuda" and device.index is not None and device.index != torch.cuda.current_device():
             with torch.cuda.device(device):
-                return launch.run(entry.problem, entry.config, a, b, backend=entry.backend, loader=entry.loader,
-                                  check_support=False)
-        return launch.run(entry.problem, entry.config, a, b, backend=entry.backend, loader=entry.loader,
-                          check_support=False)
+                return self._dispatch(call)
+        return self._dispatch(call)
+
+    def _dispatch(self, call: tuple) -> torch.Tensor:
+        """``call`` (:meth:`run`'s arguments) on ours or PyTorch's convolution, per the policy."""
+        direction, first, second, x_shape, w_shape, groups, stride, pad_begin, pad_end, dilation = call
+        device = first.device
+        policy = dispatch.resolve(self._policy, device)
+        if policy == dispatch.PYTORCH:
+            return reference(*call)
+        entry = self.entry(direction, first.dtype, x_shape, w_shape, groups, stride, pad_begin, pad_end, dilation,
+                           device.type)
+        if policy == dispatch.FASTEST:
+            decision = entry.decision if entry.decision is not None else self._decide(entry, call)
+            if decision is not None and decision.impl == dispatch.PYTORCH:
+                return reference(*call)
+        return self._launch(entry, first, second)
+
+    def _launch(self, entry: Entry, first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+        """Our kernel of ``entry`` on the two operands (copied to aligned channels-last if they are not)."""
+        from tiledispatch.native import launch
+
+        return launch.run(entry.problem, entry.config, channels_last(first), channels_last(second),
+                          backend=entry.backend, loader=entry.loader, check_support=False)
+
+    def _decide(self, entry: Entry, call: tuple) -> Decision | None:
+        """Time ours and PyTorch's on ``call``'s tensors and cache the faster in the entry (one INFO
+        line); None while the current stream is being captured into a CUDA graph (nothing timed)."""
+        direction, first, second, x_shape, w_shape, groups, stride, pad_begin, pad_end, dilation = call
+        if dispatch.is_capturing(first.device):
+            self.log_once("capture", "tiledispatch: problems first seen during CUDA-graph capture (first: %s) "
+                          "run our kernel there, undecided; run an eager step before capturing so that ours and "
+                          "PyTorch's are timed first", entry.problem.key)
+            return None
+        decision = dispatch.decide(self.timer, lambda: self._launch(entry, first, second), lambda: reference(*call),
+                                   first.device)
+        key = (direction, first.dtype, x_shape, w_shape, groups, stride, pad_begin, pad_end, dilation,
+               first.device.type)
+        self._entries[key] = replace(entry, decision=decision)
+        dispatch.log_decision(entry.problem.key, entry.config.name, decision)
+        return decision
 
 
 _RUNTIME: Runtime | None = None

@@ -144,7 +144,9 @@ def float_to_bf16_bits(values: np.ndarray) -> np.ndarray:
 
 def bf16_bits_to_float(bits: np.ndarray) -> np.ndarray:
     """Widen bf16 bit patterns to float32 (exact)."""
-    return (np.ascontiguousarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+    wide = np.asarray(bits, dtype=np.uint16).astype(np.uint32, order="C")  # one new array, shifted in place
+    wide <<= np.uint32(16)
+    return wide.view(np.float32)
 
 
 def _enum_name(value: int) -> str:
@@ -152,20 +154,74 @@ def _enum_name(value: int) -> str:
 
 
 # ---- tensors -------------------------------------------------------------------------------------
-def encode_tensor(array: np.ndarray, dtype: Any) -> pb.Tensor:
-    """A ``Tensor`` holding ``array`` in ``dtype`` (a name like "bf16" or a ``DataType`` value).
-
-    For bf16 a ``uint16`` array is taken as bit patterns; any other numeric array is rounded.
-    """
+def wire_array(array: np.ndarray, dtype: Any) -> tuple[int, np.ndarray]:
+    """``(DataType value, array in its little-endian wire type)``; no copy when ``array`` already is
+    in it. For bf16 a ``uint16`` array is taken as bit patterns; any other numeric array is rounded."""
     code = dtype if isinstance(dtype, int) else dtype_to_proto(dtype)
     array = np.asarray(array)
     if code == pb.DATA_TYPE_BF16:
-        wire = array.astype("<u2") if array.dtype == np.uint16 else float_to_bf16_bits(array)
+        wire = array.astype("<u2", copy=False) if array.dtype == np.uint16 else float_to_bf16_bits(array)
     else:
         if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
             raise TensorError("tensor", f"must be numeric, got {array.dtype}")
-        wire = array.astype(WIRE_DTYPE[code])
-    return pb.Tensor(dtype=code, shape=[int(s) for s in array.shape], data=np.ascontiguousarray(wire).tobytes())
+        wire = array.astype(WIRE_DTYPE[code], copy=False)
+    return code, wire
+
+
+def encode_tensor(array: np.ndarray, dtype: Any, *, out: pb.Tensor | None = None) -> pb.Tensor:
+    """A ``Tensor`` holding ``array`` in ``dtype`` (a name like "bf16" or a ``DataType`` value).
+
+    For bf16 a ``uint16`` array is taken as bit patterns; any other numeric array is rounded.
+    ``out`` fills that message in place (e.g. ``request.tensors.first``) instead of a new one, which
+    saves copying the bytes again with ``CopyFrom``.
+    """
+    code, wire = wire_array(array, dtype)
+    message = pb.Tensor() if out is None else out
+    message.Clear()
+    message.dtype = code
+    message.shape.extend(int(s) for s in wire.shape)
+    message.data = wire.tobytes()  # one copy, in C order even for a non-contiguous array
+    return message
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _tag(message: Any, field: str) -> bytes:
+    """The key of a length-delimited field (field number, wire type 2)."""
+    return _varint(message.DESCRIPTOR.fields_by_name[field].number << 3 | 2)
+
+
+_TAG_TENSORS = _tag(pb.RunRequest, "tensors")
+_TAG_FIRST, _TAG_SECOND = _tag(pb.RunInputs, "first"), _tag(pb.RunInputs, "second")
+_TAG_DATA = _tag(pb.Tensor, "data")
+
+
+def serialize_run_request(request: pb.RunRequest, first: np.ndarray, second: np.ndarray, dtype: Any) -> bytes:
+    """The serialized ``request`` with ``tensors`` set to (first, second) encoded like
+    :func:`encode_tensor`: the same message ``SerializeToString`` gives, but the tensor bytes are
+    copied once, straight from the arrays into the result (building the message and serializing it
+    copies them three times). ``request`` itself (problem, kernel, ...) must not hold inputs."""
+    if request.WhichOneof("inputs") is not None:
+        raise ValueError("inputs: the request must not hold tensors or generate already")
+    pieces: list[Any] = []
+    inner = 0
+    for tag, array in ((_TAG_FIRST, first), (_TAG_SECOND, second)):
+        code, wire = wire_array(array, dtype)
+        wire = np.ascontiguousarray(wire)
+        head = pb.Tensor(dtype=code, shape=[int(s) for s in wire.shape]).SerializeToString()
+        size = _varint(wire.nbytes)
+        body = len(head) + len(_TAG_DATA) + len(size) + wire.nbytes
+        piece = [tag, _varint(body), head, _TAG_DATA, size, memoryview(wire.reshape(-1)).cast("B")]
+        pieces += piece
+        inner += len(tag) + len(piece[1]) + body
+    return b"".join([request.SerializeToString(), _TAG_TENSORS, _varint(inner), *pieces])
 
 
 def decode_tensor(tensor: pb.Tensor, *, field: str = "tensor", expected_dtype: int | None = None,
@@ -186,10 +242,11 @@ def decode_tensor(tensor: pb.Tensor, *, field: str = "tensor", expected_dtype: i
         raise TensorError(f"{field}.shape", f"must be {list(expected_shape)}, got {list(shape)}")
     wire = WIRE_DTYPE[tensor.dtype]
     expected_bytes = int(np.prod(shape, dtype=np.int64)) * wire.itemsize
-    if len(tensor.data) != expected_bytes:
+    data = tensor.data  # each access of a bytes field makes a new copy of it: take it once
+    if len(data) != expected_bytes:
         raise TensorError(f"{field}.data", f"must be {expected_bytes} bytes ({list(shape)} x {wire.itemsize}), "
-                                           f"got {len(tensor.data)}")
-    array = np.frombuffer(tensor.data, dtype=wire).reshape(shape)
+                                           f"got {len(data)}")
+    array = np.frombuffer(data, dtype=wire).reshape(shape)
     if tensor.dtype == pb.DATA_TYPE_BF16 and bf16 != "bits":
         return bf16_bits_to_float(array).reshape(shape)
     return array

@@ -1,0 +1,340 @@
+"""The ``fastest``/``ours``/``pytorch`` dispatch of the custom ops, on CPU with an injected timer:
+the decision and its cache, the INFO lines, the CUDA-graph capture guard, the policy switch, the
+report, and that both implementations give the fake implementations' layout.
+
+Most tests replace our kernel by a spy (``Runtime._launch``) that counts calls and answers with
+PyTorch's result, so no Triton kernel runs; the one that runs ours uses the interpreter."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+nn = torch.nn
+F = torch.nn.functional
+LOGGER = "tiledispatch.integrations"
+
+
+class FakeTimer:
+    """Answers fixed times: ``ours_ms`` for the first call of each decision, ``pytorch_ms`` for the
+    second (``decide`` times ours first); ``call_runs`` runs the implementation once too."""
+
+    def __init__(self, ours_ms: float, pytorch_ms: float, call_runs: bool = False):
+        self.times, self.call_runs, self.calls = (ours_ms, pytorch_ms), call_runs, 0
+
+    def __call__(self, run, device):
+        if self.call_runs:
+            run()
+        self.calls += 1
+        return self.times[(self.calls - 1) % 2]
+
+
+class OursSpy:
+    """Stands in for our kernel: counts calls, answers PyTorch's result for the entry's problem."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, entry, first, second):
+        from tiledispatch.integrations.torch_reference import reference
+
+        self.calls += 1
+        p = entry.problem
+        x_shape = (p.batch, p.in_channels, *p.input_size)
+        w_shape = (p.out_channels, p.in_channels // p.groups, *p.filter_size)
+        return reference(p.direction, first, second, x_shape, w_shape, p.groups, p.stride, p.pad_begin, p.pad_end,
+                         p.dilation)
+
+
+@pytest.fixture
+def fastest(runtime_factory, monkeypatch):
+    """``fastest(ours_ms, pytorch_ms)``: a CPU runtime under ``fastest`` with a fake timer and our kernel spied."""
+    monkeypatch.delenv("TILEDISPATCH_TARGET", raising=False)
+
+    def install(ours_ms=1.0, pytorch_ms=2.0, spy=True, **settings):
+        timer = FakeTimer(ours_ms, pytorch_ms, call_runs=not spy)
+        runtime = runtime_factory(cpu="interpret", dtypes=(torch.float32,), policy="fastest", timer=timer,
+                                  **settings)
+        ours = OursSpy()
+        if spy:
+            monkeypatch.setattr(runtime, "_launch", ours)
+        return runtime, timer, ours
+
+    return install
+
+
+def _conv():
+    from tiledispatch.integrations.torch import TileConv2d
+
+    torch.manual_seed(0)
+    return TileConv2d(4, 6, 3, padding=1, groups=2)
+
+
+def _train_step(conv, x):
+    """Forward and backward: the three directions, one problem each."""
+    x = x.clone().requires_grad_()
+    conv.zero_grad()
+    y = conv(x)
+    y.square().sum().backward()
+    return y, x.grad, conv.weight.grad
+
+
+def _rel(a, b) -> float:
+    a, b = a.detach().double(), b.detach().double()
+    return float((a - b).norm() / b.norm())
+
+
+def _decision_lines(caplog):
+    return [r.getMessage() for r in caplog.records if r.name == LOGGER and " -> " in r.getMessage()]
+
+
+# ---- the policy setting ------------------------------------------------------------------------------
+def test_policy_from_configure_env_and_default(monkeypatch):
+    from tiledispatch.integrations import torch_dispatch as dispatch
+    from tiledispatch.integrations.torch_runtime import Runtime
+
+    monkeypatch.delenv(dispatch.POLICY_ENV, raising=False)
+    assert Runtime().policy == "auto"
+    monkeypatch.setenv(dispatch.POLICY_ENV, "Ours")
+    assert Runtime().policy == "ours"
+    assert Runtime(policy="pytorch").policy == "pytorch"  # the argument wins over the environment
+    monkeypatch.setenv(dispatch.POLICY_ENV, "quickest")
+    with pytest.raises(ValueError, match="policy"):
+        Runtime()
+    runtime = Runtime(policy="fastest")
+    with pytest.raises(ValueError, match="policy"):
+        runtime.policy = "cudnn-only"
+    assert dispatch.resolve("auto", torch.device("cuda", 0)) == "fastest"
+    assert dispatch.resolve("auto", torch.device("cpu")) == "ours"
+    assert dispatch.resolve("pytorch", torch.device("cuda", 0)) == "pytorch"
+
+
+# ---- deciding and caching ----------------------------------------------------------------------------
+def test_pytorch_faster_is_decided_once_per_problem_then_dispatched(fastest, caplog):
+    runtime, timer, ours = fastest(ours_ms=3.0, pytorch_ms=1.0)
+    conv = _conv()
+    x = torch.randn(2, 4, 5, 5)
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        _train_step(conv, x)
+    assert timer.calls == 6 and ours.calls == 0  # 3 problems x 2 sides timed; the fake timer runs nothing
+    report = runtime.dispatch_report()
+    assert sorted(r["direction"] for r in report) == ["bwd_data", "bwd_weight", "fwd"]
+    assert all(r["impl"] == "pytorch" and r["ours_ms"] == 3.0 and r["pytorch_ms"] == 1.0 for r in report)
+    assert all(r["speedup"] == pytest.approx(1 / 3) and r["kernel"].startswith("gconv_") for r in report)
+    lines = _decision_lines(caplog)
+    assert len(lines) == 3
+    for r in report:
+        assert any(r["problem"] in line and r["kernel"] in line and "3.0000 ms" in line and "1.0000 ms" in line
+                   and line.endswith("-> PyTorch") for line in lines), (r, lines)
+
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        y, gx, gw = _train_step(conv, x)
+    assert timer.calls == 6 and ours.calls == 0 and not _decision_lines(caplog)  # cached: nothing timed again
+    x_ref = x.clone().requires_grad_()
+    y_ref = F.conv2d(x_ref, conv.weight, conv.bias, 1, 1, 1, 2)
+    y_ref.square().sum().backward()
+    assert _rel(y, y_ref) < 1e-6 and _rel(gx, x_ref.grad) < 1e-6
+
+
+def test_ours_faster_is_decided_then_dispatched_to_ours(fastest):
+    runtime, timer, ours = fastest(ours_ms=1.0, pytorch_ms=2.0)
+    conv = _conv()
+    x = torch.randn(2, 4, 5, 5)
+    _train_step(conv, x)
+    assert ours.calls == 3  # the calls that decided run the winner once (the fake timer ran nothing)
+    assert {r["impl"] for r in runtime.dispatch_report()} == {"ours"}
+    _train_step(conv, x)
+    assert ours.calls == 6 and timer.calls == 6
+
+
+def test_a_tie_goes_to_ours(fastest):
+    runtime, _, _ = fastest(ours_ms=1.5, pytorch_ms=1.5)
+    _train_step(_conv(), torch.randn(1, 4, 4, 4))
+    assert {r["impl"] for r in runtime.dispatch_report()} == {"ours"}
+
+
+def test_every_shape_is_its_own_problem(fastest):
+    runtime, timer, _ = fastest()
+    conv = _conv()
+    with torch.no_grad():
+        conv(torch.randn(2, 4, 5, 5))
+        conv(torch.randn(3, 4, 5, 5))
+        conv(torch.randn(2, 4, 5, 5))
+    assert timer.calls == 4 and len(runtime.dispatch_report()) == 2
+
+
+@pytest.mark.interpreter
+def test_fastest_with_the_real_kernel_under_the_interpreter(fastest):
+    """Nothing spied: the timer runs both sides (ours under the interpreter), ours is faster by fiat."""
+    from tiledispatch.integrations.torch import dispatch_report
+
+    runtime, timer, _ = fastest(ours_ms=1.0, pytorch_ms=2.0, spy=False)
+    conv = _conv()
+    x = torch.randn(2, 4, 5, 5)
+    y, gx, gw = _train_step(conv, x)
+    x_ref = x.clone().requires_grad_()
+    y_ref = F.conv2d(x_ref, conv.weight, conv.bias, 1, 1, 1, 2)
+    y_ref.square().sum().backward()
+    assert _rel(y, y_ref) < 1e-5 and _rel(gx, x_ref.grad) < 1e-5 and _rel(gw, conv.weight.grad) < 1e-5
+    assert y.is_contiguous(memory_format=torch.channels_last)
+    assert len(dispatch_report()) == 3 and {e.backend for e in runtime.entries()} == {"interpret"}
+
+
+# ---- CUDA-graph capture --------------------------------------------------------------------------------
+def test_nothing_is_timed_during_capture(fastest, monkeypatch, caplog):
+    from tiledispatch.integrations import torch_dispatch
+
+    runtime, timer, ours = fastest(ours_ms=3.0, pytorch_ms=1.0)
+    conv = _conv()
+    x = torch.randn(2, 4, 5, 5)
+    monkeypatch.setattr(torch_dispatch, "is_capturing", lambda device: True)
+    with caplog.at_level(logging.INFO, logger=LOGGER), torch.no_grad():
+        conv(x)
+        conv(x)
+    assert timer.calls == 0 and ours.calls == 2 and not runtime.dispatch_report()  # ours, undecided
+    assert len([r for r in caplog.records if "CUDA-graph capture" in r.getMessage()]) == 1
+
+    monkeypatch.setattr(torch_dispatch, "is_capturing", lambda device: False)
+    with torch.no_grad():
+        conv(x)  # outside capture: decided now (PyTorch)
+    assert timer.calls == 2 and ours.calls == 2 and runtime.dispatch_report()[0]["impl"] == "pytorch"
+
+    monkeypatch.setattr(torch_dispatch, "is_capturing", lambda device: True)
+    with torch.no_grad():
+        conv(x)  # captured again: the cached decision serves it
+    assert timer.calls == 2 and ours.calls == 2
+
+
+def test_is_capturing_is_false_off_cuda():
+    from tiledispatch.integrations.torch_dispatch import is_capturing
+
+    assert is_capturing(torch.device("cpu")) is False  # and does not touch CUDA (a CPU build would raise)
+
+
+# ---- switching the policy --------------------------------------------------------------------------------
+def test_policy_switch_keeps_decisions(fastest):
+    runtime, timer, ours = fastest(ours_ms=3.0, pytorch_ms=1.0)
+    conv = _conv()
+    x = torch.randn(2, 4, 5, 5)
+    with torch.no_grad():
+        conv(x)
+        assert ours.calls == 0 and timer.calls == 2
+        runtime.policy = "ours"
+        conv(x)
+        assert ours.calls == 1
+        runtime.policy = "pytorch"
+        conv(x)
+        assert ours.calls == 1
+        runtime.policy = "fastest"
+        conv(x)
+    assert ours.calls == 1 and timer.calls == 2 and len(runtime.dispatch_report()) == 1
+
+
+def test_pytorch_policy_selects_nothing(runtime_factory, monkeypatch):
+    runtime = runtime_factory(cpu="interpret", dtypes=(torch.float32,), policy="pytorch")
+    ours = OursSpy()
+    monkeypatch.setattr(runtime, "_launch", ours)
+    y, gx, gw = _train_step(_conv(), torch.randn(2, 4, 5, 5))
+    assert ours.calls == 0 and not runtime.entries() and not runtime.dispatch_report()
+
+
+def test_auto_on_cpu_runs_ours_without_timing(fastest):
+    runtime, timer, ours = fastest()
+    runtime.policy = "auto"
+    _train_step(_conv(), torch.randn(2, 4, 5, 5))
+    assert ours.calls == 3 and timer.calls == 0 and not runtime.dispatch_report()
+
+
+def test_clear_forgets_decisions(fastest):
+    runtime, timer, _ = fastest()
+    with torch.no_grad():
+        _conv()(torch.randn(1, 4, 4, 4))
+    runtime.clear()
+    assert not runtime.dispatch_report()
+    with torch.no_grad():
+        _conv()(torch.randn(1, 4, 4, 4))
+    assert timer.calls == 4
+
+
+# ---- layout and torch.compile --------------------------------------------------------------------------
+def test_pytorch_results_have_the_fake_implementations_strides(fastest):
+    """opcheck compares the real results' strides with the fake ones'; depthwise weights (C/G = 1) are
+    where cuDNN-style results could differ (any stride on a size-1 dimension)."""
+    from tiledispatch.integrations import torch_ops  # noqa: F401  (registers the ops)
+
+    fastest(ours_ms=2.0, pytorch_ms=1.0)
+    cl = torch.channels_last
+    x = torch.randn(2, 4, 5, 5).contiguous(memory_format=cl)
+    w = torch.randn(4, 1, 3, 3).contiguous(memory_format=cl)
+    dy = torch.randn(2, 4, 5, 5)  # not channels-last: the result must still be
+    params = ([1, 1], [1, 1], [1, 1], [1, 1], 4)
+    ops = torch.ops.tiledispatch
+    checks = ("test_schema", "test_faketensor")
+    torch.library.opcheck(ops.conv_fwd.default, (x, w, *params), test_utils=checks)
+    torch.library.opcheck(ops.conv_bwd_data.default, (dy, w, [5, 5], *params), test_utils=checks)
+    torch.library.opcheck(ops.conv_bwd_weight.default, (x, dy, [3, 3], *params), test_utils=checks)
+    dw = ops.conv_bwd_weight(x, dy, [3, 3], *params)
+    assert dw.stride() == torch.empty(4, 1, 3, 3, memory_format=cl).stride()
+
+
+def test_canonical_channels_last_copies_only_when_needed():
+    from tiledispatch.integrations.torch_reference import canonical_channels_last
+
+    loose = torch.empty(6, 1, 3, 3)  # contiguous: channels-last as far as is_contiguous can tell
+    assert loose.is_contiguous(memory_format=torch.channels_last)
+    assert canonical_channels_last(loose).stride() == (9, 1, 3, 1)
+    tight = torch.randn(2, 3, 4, 5, 6).contiguous(memory_format=torch.channels_last_3d)
+    assert canonical_channels_last(tight) is tight
+
+
+def test_torch_compile_sees_the_same_ops_under_fastest(fastest):
+    from tiledispatch.integrations.torch import swap_convs
+
+    fastest(ours_ms=2.0, pytorch_ms=1.0)
+    torch.manual_seed(0)
+    model = swap_convs(nn.Sequential(nn.Conv2d(4, 8, 3, padding=1, groups=2), nn.ReLU(),
+                                     nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8)))
+    x = torch.randn(2, 4, 6, 6)
+    eager_x, compiled_x = x.clone().requires_grad_(), x.clone().requires_grad_()
+    model(eager_x).square().sum().backward()
+    eager_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    graphs = []
+
+    def recording_backend(gm, example_inputs):
+        from functorch.compile import make_boxed_func
+        from torch._dynamo.backends.common import aot_autograd
+
+        graphs.append(str(gm.graph))
+        boxed = aot_autograd(fw_compiler=lambda g, _: make_boxed_func(g.forward),
+                             bw_compiler=lambda g, _: make_boxed_func(g.forward))
+        return boxed(gm, example_inputs)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=recording_backend, fullgraph=True, dynamic=False)
+    compiled(compiled_x).square().sum().backward()
+    assert len(graphs) == 1 and graphs[0].count("tiledispatch.conv_fwd") == 2
+    assert _rel(compiled_x.grad, eager_x.grad) < 1e-5
+    for eager, param in zip(eager_grads, model.parameters()):
+        assert _rel(param.grad, eager) < 1e-5
+
+
+# ---- the default timer ---------------------------------------------------------------------------------
+def test_event_timer_bounds_its_calls():
+    from tiledispatch.integrations.torch_dispatch import EventTimer
+
+    calls = []
+
+    def run():
+        calls.append(1)
+
+    cpu = torch.device("cpu")
+    assert EventTimer(warmup=2, repeats=5, budget_ms=1e9)(run, cpu) >= 0.0
+    assert len(calls) == 7
+    calls.clear()
+    EventTimer(warmup=1, repeats=5, budget_ms=0.0)(run, cpu)  # budget spent: one timed call still
+    assert len(calls) == 2
