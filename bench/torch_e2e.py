@@ -1,5 +1,7 @@
 """End-to-end PyTorch benchmark: torchvision models with their grouped/depthwise convs swapped to
-tiledispatch kernels vs the same models on cuDNN, in one process on one GPU.
+tiledispatch kernels vs the same models on cuDNN, in one process on one GPU, the swapped model under
+both dispatch policies: ``ours`` (every swapped conv on our kernels) and ``fastest`` (each (direction,
+shape) on the faster of ours and cuDNN, timed on its first call).
 
     python bench/torch_e2e.py                         # every model, its two batch sizes
     python bench/torch_e2e.py --models mobilenet_v2 --batches 32,128 --out-dir /tmp/e2e
@@ -14,12 +16,15 @@ weights (nothing downloaded; models in ``tests/integrations/models.py``):
   labels, backward (no optimizer step: it is the same work for both and would only dilute the ratio);
 * cuDNN: ``torch.backends.cudnn.benchmark = True`` (its autotuner runs during the warm-up);
 * timing: CUDA events around ``--steps`` back-to-back steps (host launch overhead included, as a
-  training loop sees it), in ``--rounds`` rounds alternating cuDNN and ours; the median round is
-  reported (and the min); warm-up steps first;
-* selection: the first swapped training step after clearing the runtime's caches selects a kernel
-  for every (direction, shape) (remote ``Select`` or the local ranking) and, without a registry,
-  JIT-compiles kernels; its wall time and the selection time alone are reported, and the mean
-  cached lookup time of the following steps.
+  training loop sees it), in ``--rounds`` rounds alternating cuDNN, ours and fastest (the same
+  swapped model, the runtime's policy switched before each step; decisions are kept across
+  switches); the median round is reported (and the min); warm-up steps first;
+* selection: the first swapped training step after clearing the runtime's caches (policy ``fastest``)
+  selects a kernel for every (direction, shape) (remote ``Select`` or the local ranking), without a
+  registry JIT-compiles kernels, and times ours against cuDNN for each; its wall time, the selection
+  time alone and the deciding time are reported, and the mean cached lookup time of the following steps;
+* dispatch: the decisions (``dispatch_report()``), and per direction how many swapped conv calls of
+  one forward (layers; a module called twice counts twice) went to ours and to cuDNN.
 
 Writes ``<out-dir>/torch_e2e.json`` and ``torch_e2e.md`` (default out-dir:
 ``bench/results/<UTC date>_<gpu>``).
@@ -46,7 +51,17 @@ import torch.nn.functional as F  # noqa: E402
 
 from tests.integrations.models import CASES, build  # noqa: E402
 from tiledispatch.integrations import torch_runtime  # noqa: E402
-from tiledispatch.integrations.torch import get_runtime, swap_convs, swapped_convs  # noqa: E402
+from tiledispatch.integrations.torch import (  # noqa: E402
+    dispatch_report,
+    get_runtime,
+    padding_of,
+    swap_convs,
+    swapped_convs,
+)
+from tiledispatch.native.problem import Direction  # noqa: E402
+
+POLICIES = ("ours", "fastest")  # the swapped model's runs, beside cuDNN
+DIRECTIONS = ("fwd", "bwd_data", "bwd_weight")
 
 
 def _git_commit() -> str:
@@ -85,21 +100,71 @@ def _steps(model, x, labels):
     return forward, train
 
 
-def _measure_pair(cudnn_step, ours_step, cudnn_model, ours_model, train: bool, args) -> dict:
-    """Alternating rounds of cuDNN and ours; median and min per-step ms of each."""
-    times = {"cudnn": [], "ours": []}
-    for model in (cudnn_model, ours_model):
+def _with_policy(policy: str, step):
+    """``step`` run under the runtime's ``policy`` (set before each step: cheap, decisions kept)."""
+    runtime = get_runtime()
+
+    def run():
+        runtime.policy = policy
+        step()
+
+    return run
+
+
+def _measure(steps: dict, models, train: bool, args) -> dict:
+    """Alternating rounds of every step in ``steps`` (label -> step; "cudnn" first); median and min
+    per-step ms of each, and cuDNN's median over each other's (``speedup`` is ours, the pure policy)."""
+    times = {label: [] for label in steps}
+    for model in models:
         model.train(train)
     for _ in range(args.warmup):
-        cudnn_step()
-        ours_step()
+        for step in steps.values():
+            step()
     torch.cuda.synchronize()
     for _ in range(args.rounds):
-        times["cudnn"].append(_time_ms(cudnn_step, args.steps))
-        times["ours"].append(_time_ms(ours_step, args.steps))
+        for label, step in steps.items():
+            times[label].append(_time_ms(step, args.steps))
     out = {k: {"median_ms": statistics.median(v), "min_ms": min(v), "rounds_ms": v} for k, v in times.items()}
     out["speedup"] = out["cudnn"]["median_ms"] / out["ours"]["median_ms"]
+    out["speedup_fastest"] = out["cudnn"]["median_ms"] / out["fastest"]["median_ms"]
     return out
+
+
+def _layer_problems(model, x) -> list[tuple[str, object]]:
+    """(module name, forward ConvProblem) of every swapped conv call in one forward of ``model``."""
+    runtime, calls = get_runtime(), []
+
+    def recorder(name):
+        def record(module, inputs, output):
+            x_in = inputs[0]
+            pad_begin, pad_end = padding_of(module.padding, module.kernel_size, module.dilation)
+            calls.append((name, runtime.problem(Direction.FORWARD, x_in.dtype, tuple(x_in.shape),
+                                                tuple(module.weight.shape), module.groups, tuple(module.stride),
+                                                pad_begin, pad_end, tuple(module.dilation))))
+        return record
+
+    names = set(swapped_convs(model))
+    handles = [m.register_forward_hook(recorder(n)) for n, m in model.named_modules() if n in names]
+    try:
+        with torch.inference_mode():
+            model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return calls
+
+
+def _dispatch_summary(model, x) -> dict:
+    """The ``fastest`` decisions, and per direction the swapped conv calls (layers) sent to ours / cuDNN."""
+    report = dispatch_report()
+    impl = {r["problem"]: r["impl"] for r in report}
+    layers = {d: {"ours": 0, "pytorch": 0, "undecided": 0} for d in DIRECTIONS}
+    for _, problem in _layer_problems(model, x):
+        for direction in DIRECTIONS:
+            layers[direction][impl.get(problem.with_direction(direction).key, "undecided")] += 1
+    return {"problems": len(report), "to_ours": sum(r["impl"] == "ours" for r in report),
+            "to_pytorch": sum(r["impl"] == "pytorch" for r in report), "layers": layers,
+            "deciding_s": sum(r["decision_s"] for r in report), "decisions": report}
 
 
 def run_case(name: str, batch: int, args) -> dict:
@@ -117,9 +182,10 @@ def run_case(name: str, batch: int, args) -> dict:
               "swapped_convs": len(swapped_convs(ours)),
               "convs": sum(isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d)) for m in cudnn.modules())}
 
-    # First swapped step from cold caches: selection (+ JIT compiles without a registry).
+    # First swapped step from cold caches: selection (+ JIT compiles without a registry) and decisions.
     runtime = get_runtime()
     runtime.clear()
+    runtime.policy = "fastest"
     ours.train()
     torch.cuda.synchronize()
     start = time.perf_counter()
@@ -141,11 +207,18 @@ def run_case(name: str, batch: int, args) -> dict:
         "backends": sorted({e.backend for e in runtime.entries()}),
     }
     result["kernels"] = [{"problem": e.problem.key, "kernel": e.config.name, "source": e.choice.source,
-                          "backend": e.backend} for e in runtime.entries()]
+                          "backend": e.backend, "impl": e.decision.impl if e.decision else None}
+                         for e in runtime.entries()]
+    ours.eval()
+    result["dispatch"] = _dispatch_summary(ours, x)
+    result["selection"]["deciding_s"] = result["dispatch"]["deciding_s"]
 
-    result["forward"] = _measure_pair(cudnn_forward, ours_forward, cudnn, ours, False, args)
-    result["train"] = _measure_pair(cudnn_train, ours_train, cudnn, ours, True, args)
-    for label, step, model in (("cudnn", cudnn_train, cudnn), ("ours", ours_train, ours)):
+    forward = {"cudnn": cudnn_forward, **{p: _with_policy(p, ours_forward) for p in POLICIES}}
+    train = {"cudnn": cudnn_train, **{p: _with_policy(p, ours_train) for p in POLICIES}}
+    result["forward"] = _measure(forward, (cudnn, ours), False, args)
+    result["train"] = _measure(train, (cudnn, ours), True, args)
+    for label, step in train.items():
+        model = cudnn if label == "cudnn" else ours
         model.train()
         torch.cuda.reset_peak_memory_stats()
         step()
@@ -155,49 +228,91 @@ def run_case(name: str, batch: int, args) -> dict:
 
 
 def _markdown(report: dict) -> str:
-    env = report["environment"]
-    lines = [
+    """The report's tables: step times and speedups, selection, dispatch."""
+    results = [r for r in report["results"] if "error" not in r]
+    lines = _header(report) + _times_table(report["results"]) + _selection_table(results) + _dispatch_table(results)
+    grouped = [r for r in results if r["mostly_grouped"]]
+    if grouped:
+        met = {p: sum(r["train"][_speedup_key(p)] > 1 for r in grouped) for p in POLICIES}
+        lines += ["", "Target (training step faster than cuDNN on every mostly-grouped/depthwise model and batch): "
+                  + ", ".join(f"{p}: {met[p]} of {len(grouped)} met" for p in POLICIES) + "."]
+    if results:
+        worst = min(min(r["forward"]["speedup_fastest"], r["train"]["speedup_fastest"]) for r in results)
+        lines += ["", f"Lowest speedup under `fastest` (forward or training, any model and batch): {worst:.2f}."]
+    return "\n".join(lines) + "\n"
+
+
+def _speedup_key(policy: str) -> str:
+    return "speedup" if policy == "ours" else f"speedup_{policy}"
+
+
+def _header(report: dict) -> list[str]:
+    env, settings = report["environment"], report["settings"]
+    return [
         f"# PyTorch end to end: swapped grouped convs vs cuDNN ({env['gpu']})", "",
         f"{env['date']}; torch {env['torch']}, CUDA {env['cuda']}, cuDNN {env['cudnn']}, Triton {env['triton']}; "
-        f"git {env['git_commit'][:10]}; bf16, {report['settings']['memory_format']}; kernels: "
-        f"{report['settings']['kernels']}; selection: {report['settings']['selection']}.", "",
+        f"git {env['git_commit'][:10]}; bf16, {settings['memory_format']}; kernels: "
+        f"{settings['kernels']}; selection: {settings['selection']}; fastest timer: {settings.get('timer', '?')}.", "",
         "Step times: CUDA events around back-to-back steps (host launch overhead included), median of "
-        f"{report['settings']['rounds']} rounds of {report['settings']['steps']} steps, cuDNN and ours alternating "
+        f"{settings['rounds']} rounds of {settings['steps']} steps, cuDNN, ours and fastest alternating "
         "in the same process (`cudnn.benchmark=True`). Training step = zero_grad + forward + cross-entropy + "
-        "backward. Speedup = cuDNN time / ours (> 1: ours faster).", "",
-        "| model | batch | swapped / convs | fwd cuDNN ms | fwd ours ms | fwd speedup | train cuDNN ms | "
-        "train ours ms | train speedup | target |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "backward. Speedup = cuDNN time / the swapped model's (> 1: faster than cuDNN). *ours*: policy `ours` "
+        "(every swapped conv on our kernels); *fastest*: policy `fastest` (each (direction, shape) on the faster "
+        "of ours and cuDNN, timed on its first call).", "",
+        "| model | batch | swapped / convs | fwd cuDNN ms | fwd ours ms | fwd fastest ms | fwd speedup ours | "
+        "fwd speedup fastest | train cuDNN ms | train ours ms | train fastest ms | train speedup ours | "
+        "train speedup fastest | target (fastest) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in report["results"]:
+
+
+def _times_table(results: list[dict]) -> list[str]:
+    lines = []
+    for r in results:
         if "error" in r:
-            lines.append(f"| {r['model']} | {r['batch']} | | | | | | | | {r['error']} |")
+            lines.append(f"| {r['model']} | {r['batch']} | | | | | | | | | | | | {r['error']} |")
             continue
         f, t = r["forward"], r["train"]
-        target = ("met" if t["speedup"] > 1 else "missed") if r["mostly_grouped"] else "n/a (dense)"
-        lines.append(f"| {r['model']} | {r['batch']} | {r['swapped_convs']} / {r['convs']} | "
-                     f"{f['cudnn']['median_ms']:.2f} | {f['ours']['median_ms']:.2f} | {f['speedup']:.2f} | "
-                     f"{t['cudnn']['median_ms']:.2f} | {t['ours']['median_ms']:.2f} | {t['speedup']:.2f} | {target} |")
-    lines += ["", "## Selection", "",
-              "First swapped training step from cold caches (every (direction, shape) selected once; kernels "
-              "JIT-compiled there when no registry is loaded) vs the cached lookups of the next step.", "",
-              "| model | batch | problems | selection, first call (total ms) | mean ms / problem | source | "
-              "first step s | second step s | cached lookup µs |",
-              "|---|---|---|---|---|---|---|---|---|"]
-    for r in report["results"]:
-        if "error" in r:
-            continue
+        target = ("met" if t["speedup_fastest"] > 1 else "missed") if r["mostly_grouped"] else "n/a (dense)"
+        cells = [f"{m[k]['median_ms']:.2f}" for m in (f, t) for k in ("cudnn", "ours", "fastest")]
+        speedups = [f"{m[k]:.2f}" for m in (f, t) for k in ("speedup", "speedup_fastest")]
+        row = [*cells[:3], *speedups[:2], *cells[3:], *speedups[2:], target]
+        lines.append(f"| {r['model']} | {r['batch']} | {r['swapped_convs']} / {r['convs']} | " + " | ".join(row) + " |")
+    return lines
+
+
+def _selection_table(results: list[dict]) -> list[str]:
+    lines = ["", "## Selection", "",
+             "First swapped training step from cold caches under `fastest` (every (direction, shape) selected "
+             "once, kernels JIT-compiled there when no registry is loaded, ours timed against cuDNN) vs the "
+             "cached lookups of the next step.", "",
+             "| model | batch | problems | selection, first call (total ms) | mean ms / problem | source | "
+             "deciding s | first step s | second step s | cached lookup µs |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
         s = r["selection"]
         sources = ", ".join(f"{k}: {v}" for k, v in sorted(s["by_source"].items()))
         lines.append(f"| {r['model']} | {r['batch']} | {s['problems']} | {1e3 * s['selection_first_call_s']:.1f} | "
-                     f"{s['selection_first_call_mean_ms']:.2f} | {sources} | {s['first_step_s']:.2f} | "
-                     f"{s['second_step_s']:.3f} | {s['cached_lookup_mean_us']:.2f} |")
-    grouped = [r for r in report["results"] if "error" not in r and r["mostly_grouped"]]
-    if grouped:
-        met = sum(r["train"]["speedup"] > 1 for r in grouped)
-        lines += ["", f"Target (training step faster than cuDNN on every mostly-grouped/depthwise model and batch): "
-                  f"{met} of {len(grouped)} met."]
-    return "\n".join(lines) + "\n"
+                     f"{s['selection_first_call_mean_ms']:.2f} | {sources} | {s.get('deciding_s', 0.0):.2f} | "
+                     f"{s['first_step_s']:.2f} | {s['second_step_s']:.3f} | {s['cached_lookup_mean_us']:.2f} |")
+    return lines
+
+
+def _dispatch_table(results: list[dict]) -> list[str]:
+    lines = ["", "## Dispatch under `fastest`", "",
+             "Problems: distinct (direction, shape) decided, and where they went. Layers: the swapped conv calls "
+             "of one forward, per direction, sent to ours / cuDNN.", "",
+             "| model | batch | problems | to ours | to cuDNN | fwd layers ours / cuDNN | bwd_data layers ours / "
+             "cuDNN | bwd_weight layers ours / cuDNN |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        d = r["dispatch"]
+        layers = " | ".join(f"{d['layers'][k]['ours']} / {d['layers'][k]['pytorch']}"
+                            + (f" ({d['layers'][k]['undecided']} undecided)" if d["layers"][k]["undecided"] else "")
+                            for k in DIRECTIONS)
+        lines.append(f"| {r['model']} | {r['batch']} | {d['problems']} | {d['to_ours']} | {d['to_pytorch']} | "
+                     f"{layers} |")
+    return lines
 
 
 def main() -> None:
@@ -218,7 +333,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("torch_e2e: needs a CUDA GPU")
     torch.backends.cudnn.benchmark = True  # for both: the swapped models' dense convs stay on cuDNN
-    runtime = torch_runtime.configure(target=args.target, registry_dir=args.registry_dir)
+    runtime = torch_runtime.configure(target=args.target, registry_dir=args.registry_dir, policy="fastest")
     import triton
 
     date = dt.datetime.now(dt.UTC)
@@ -231,7 +346,7 @@ def main() -> None:
                         "python": platform.python_version(), "git_commit": _git_commit(),
                         "date": date.isoformat(timespec="seconds")},
         "settings": {"steps": args.steps, "rounds": args.rounds, "warmup": args.warmup,
-                     "memory_format": args.memory_format,
+                     "memory_format": args.memory_format, "policies": list(POLICIES), "timer": repr(runtime.timer),
                      "kernels": f"compiled registry {runtime.registry_dir}" if runtime._registry is not None else "JIT",
                      "selection": (f"remote {selector.target} (local fallback)" if selector.mode == "remote"
                                    else f"local ({selector.predictor.name})"), "arch": selector.spec.name},
@@ -252,8 +367,10 @@ def main() -> None:
             if "error" in result:
                 print(f"  {result['error']}", flush=True)
             else:
-                print(f"  forward speedup {result['forward']['speedup']:.2f}, training step speedup "
-                      f"{result['train']['speedup']:.2f}", flush=True)
+                f, t, d = result["forward"], result["train"], result["dispatch"]
+                print(f"  speedup ours / fastest: forward {f['speedup']:.2f} / {f['speedup_fastest']:.2f}, "
+                      f"training step {t['speedup']:.2f} / {t['speedup_fastest']:.2f}; problems to ours "
+                      f"{d['to_ours']}, to cuDNN {d['to_pytorch']}", flush=True)
             (out_dir / "torch_e2e.json").write_text(json.dumps(report, indent=1))
             (out_dir / "torch_e2e.md").write_text(_markdown(report))
     print(f"wrote {out_dir / 'torch_e2e.json'} and {out_dir / 'torch_e2e.md'}")
