@@ -120,3 +120,14 @@ def gpu_workers(pid: int) -> list[int]:
         if "spawn_main" in cmdline:
             found.append(child)
     return found
+
+
+def report_path(name: str) -> Path:
+    """Where a hardening test writes its JSON report: ``bench/results/<name>`` when
+    ``TILEDISPATCH_WRITE_REPORTS=1`` (a measuring run whose report is committed), else a temporary
+    folder, so an ordinary test run leaves the committed reports alone."""
+    import tempfile
+
+    if os.environ.get("TILEDISPATCH_WRITE_REPORTS") == "1":
+        return Path(__file__).resolve().parents[2] / "bench" / "results" / name
+    return Path(tempfile.gettempdir()) / "tiledispatch-reports" / name

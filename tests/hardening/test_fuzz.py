@@ -1,7 +1,8 @@
 """Issue 7.2: fuzzing every RPC with hypothesis (valid, boundary and hostile requests, and raw bytes
 that are no message at all). The server never crashes, answers every call well within its deadline,
 and with the status the oracle of :mod:`.fuzz_strategies` expects. The number of inputs tried per
-RPC is written to ``bench/results/fuzz_report.json``.
+RPC is written to ``bench/results/fuzz_report.json`` when ``TILEDISPATCH_WRITE_REPORTS=1`` (else to a
+temporary folder).
 
 The CI run tries a few hundred inputs per RPC (hypothesis profile ``ci``); the ``slow``-marked deep
 run tries several times more.
@@ -26,10 +27,10 @@ from tiledispatch.native.rules import rule_set_configs
 from tiledispatch.v1 import tiledispatch_pb2 as pb
 
 from . import fuzz_strategies as fs
-from .servers import running_server, serving
+from .servers import report_path, running_server, serving
 
 REPO = Path(__file__).resolve().parents[2]
-REPORT = REPO / "bench" / "results" / "fuzz_report.json"
+REPORT = report_path("fuzz_report.json")
 DEADLINE_S = 20.0
 #: Every answer must come this fast (the deadline is a safety net, not the expectation).
 MAX_LATENCY_S = 10.0

@@ -20,10 +20,10 @@ from tests.service.harness import ServerProcess, settings_for
 from tiledispatch.client import Client, DeadlineExceededError, ResourceExhaustedError
 from tiledispatch.client.errors import TileDispatchError
 
-from .servers import open_fds, rss_kib, running_server, serving
+from .servers import open_fds, report_path, rss_kib, running_server, serving
 
 REPO = Path(__file__).resolve().parents[2]
-REPORT = REPO / "bench" / "results" / "overload_report.json"
+REPORT = report_path("overload_report.json")
 SLOW = "tests.hardening.slow_gpu:SlowGpuHandler"
 #: ~30 ms of float64 CPU reference per Run on this kind of host.
 HEAVY = {**TINY, "batch": 4, "groups": 4, "in_channels": 64, "out_channels": 64, "input_size": (24, 24),

@@ -1,7 +1,8 @@
 """Issue 7.5: a soak test, bounded in time, on loopback: a server with a (fake) GPU worker serves a
 steady mix of every RPC from several clients, including malformed and unknown-kernel requests.
-The report (``bench/results/soak_report.json``) states requests served, errors by kind, and the
-server's memory and file-descriptor growth. ``TILEDISPATCH_SOAK_S`` sets the length (default 90 s)."""
+The report (``bench/results/soak_report.json`` with ``TILEDISPATCH_WRITE_REPORTS=1``) states
+requests served, errors by kind, and the server's memory and file-descriptor growth.
+``TILEDISPATCH_SOAK_S`` sets the length (default 90 s)."""
 
 from __future__ import annotations
 
@@ -20,10 +21,10 @@ from tests.service.harness import FAKE_HANDLER, ServerProcess
 from tiledispatch.client import Client
 from tiledispatch.client.errors import TileDispatchError
 
-from .servers import gpu_workers, integrity, open_fds, rows, rss_kib, serving
+from .servers import gpu_workers, integrity, open_fds, report_path, rows, rss_kib, serving
 
 REPO = Path(__file__).resolve().parents[2]
-REPORT = REPO / "bench" / "results" / "soak_report.json"
+REPORT = report_path("soak_report.json")
 EXPECTED_ERRORS = {("Select", "INVALID_ARGUMENT"), ("Run", "NOT_FOUND")}  # the deliberately bad requests
 
 
