@@ -24,7 +24,8 @@ GEMM mapping, per residue class and per block of ``MERGE`` consecutive groups st
 
 ``dX[m, j] = Σ_tap Σ_r dY[n, o(m, tap), g0·K/G + r] · B[r, j]`` with
 ``B[r, j] = W[g0 + r//(K/G), r % (K/G), tap, j % (C/G)]`` where ``r // (K/G) == j // (C/G)`` and 0
-elsewhere (block-diagonal: merged groups never mix). gemm1x1 (1×1 filter, stride 1, no padding) is
+elsewhere (block-diagonal: merged groups never mix); with aligned merged runs (v8) it is packed
+densely first (``gmerge_pack.py``) and read with 16-byte pipelined loads. gemm1x1 (1×1 filter, stride 1, no padding) is
 the plain GEMM ``dX = dY · W`` over N·prod(in) rows. 2D problems run as 3D with depth 1.
 
 Grid: axis 0 = residue class × (m, n) tiles (GROUP_M-swizzled within a class), axis 1 = group block.
@@ -38,6 +39,7 @@ import triton
 import triton.language as tl
 
 from tiledispatch.native.configs import Family, KernelConfig
+from tiledispatch.native.kernels import gmerge_pack
 from tiledispatch.native.kernels.base import Launch, Program, cdiv, int_type, pointer_type, tensor_core_constexprs
 from tiledispatch.native.kernels.igemm_fwd import aligned_channels, spatial_args
 from tiledispatch.native.problem import ConvProblem, Direction
@@ -166,6 +168,7 @@ def _igemm_bwd_data_kernel(
             a_ptrs = dy_ptr + (dy_row[:, None] + r[None, :])
             a_mask = row_ok[:, None] & r_ok[None, :]
             w_tap = 0
+            tap_index = 0
         else:
             off_d = off0_d - jd * doff_d
             off_h = off0_h - jh * doff_h
@@ -175,11 +178,15 @@ def _igemm_bwd_data_kernel(
             dy_shift = ((off_d * OUT_H + off_h) * OUT_W + off_w) * K_TOTAL
             a_ptrs = dy_ptr + (dy_row[:, None] + (dy_shift + r)[None, :])
             a_mask = o_ok[:, None] & r_ok[None, :]
-            w_tap = (((first_d + jd * STEP_D) * F_H + first_h + jh * STEP_H) * F_W + first_w + jw * STEP_W) * CG
+            tap_index = ((first_d + jd * STEP_D) * F_H + first_h + jh * STEP_H) * F_W + first_w + jw * STEP_W
+            w_tap = tap_index * CG
         a = tl.load(a_ptrs, mask=a_mask, other=0.0)
         b_ptrs = w_ptr + (w_red[:, None] + (kb * w_kb_stride + w_tap + col_in_group)[None, :])
         if MERGE == 1:
             b_mask = r_ok[:, None] & col_ok[None, :]
+        elif VEC == 8:  # w_ptr is the packed block-diagonal operand (gmerge_pack.py): dense 8-aligned rows
+            b_ptrs = w_ptr + (((group_block * taps + tap_index) * GK + r) * GC)[:, None] + cols[None, :]
+            b_mask = (r < GK)[:, None] & (cols < GC)[None, :]
         else:
             red_group = r // KG
             b_mask = r_ok[:, None] & col_ok[None, :] & (red_group[:, None] == col_group[None, :])
@@ -219,10 +226,13 @@ class IgemmBackwardData:
         ints = int_type(config)
         types = {"dy_ptr": ptr, "w_ptr": ptr, "dx_ptr": ptr, **{name: ints for name in _SIZE_PARAMS}}
         constexprs = tensor_core_constexprs(config)
-        return {"main": Program(_igemm_bwd_data_kernel, constexprs, types, config.num_warps, config.num_stages)}
+        programs = {"main": Program(_igemm_bwd_data_kernel, constexprs, types, config.num_warps, config.num_stages)}
+        if gmerge_pack.packs_weights(config):
+            programs["pack"] = gmerge_pack.pack_program(config, backward_data=True)
+        return programs
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
-        return 0
+        return gmerge_pack.workspace_elements(problem, config) if gmerge_pack.packs_weights(config) else 0
 
     def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
         if config.family is Family.GEMM1X1:
@@ -232,6 +242,13 @@ class IgemmBackwardData:
             classes = math.prod(problem.stride)
         tiles = cdiv(m_max, config.block_m) * cdiv(config.merge * problem.c_per_group, config.block_n)
         grid = (classes * tiles, cdiv(problem.groups, config.merge), 1)
-        args = (first, second, out, problem.batch, problem.groups, problem.c_per_group, problem.k_per_group,
-                *spatial_args(problem), *tap_steps(problem))
-        return [Launch("main", grid, args)]
+        sizes = (problem.batch, problem.groups, problem.c_per_group, problem.k_per_group, *spatial_args(problem),
+                 *tap_steps(problem))
+        if not gmerge_pack.packs_weights(config):
+            return [Launch("main", grid, (first, second, out, *sizes))]
+        packed = gmerge_pack.packed_view(workspace, problem, config)
+        total = packed.numel()
+        return [Launch("pack", (cdiv(total, gmerge_pack.PACK_BLOCK), 1, 1),
+                       (second, packed, problem.groups, problem.c_per_group, problem.k_per_group,
+                        math.prod(problem.filter_size), total)),
+                Launch("main", grid, (first, packed, out, *sizes))]

@@ -9,8 +9,10 @@ GEMM mapping, per block of ``MERGE`` consecutive groups starting at ``g0`` (``ME
 
 ``Y[m, j] = Σ_tap Σ_r X[n, o·stride − pad_begin + tap·dilation, g0·C/G + r] · B[r, j]`` with
 ``B[r, j] = W[g0 + j//(K/G), j % (K/G), tap, r % (C/G)]`` where ``r // (C/G) == j // (K/G)`` and 0
-elsewhere: a block-diagonal operand, so merged groups never mix. Because NHWGC keeps the channels of
-consecutive groups adjacent, the merged input and output channel runs are contiguous.
+elsewhere: a block-diagonal operand, so merged groups never mix. With aligned merged runs (v8) the
+operand is packed densely first (``gmerge_pack.py``) and read with 16-byte pipelined loads.
+Because NHWGC keeps the channels of consecutive groups adjacent, the merged input and output
+channel runs are contiguous.
 2D problems run as 3D with depth 1.
 """
 
@@ -20,6 +22,7 @@ import triton
 import triton.language as tl
 
 from tiledispatch.native.configs import Family, KernelConfig
+from tiledispatch.native.kernels import gmerge_pack
 from tiledispatch.native.kernels.base import Launch, Program, cdiv, int_type, pointer_type, tensor_core_constexprs
 from tiledispatch.native.problem import ConvProblem, Direction
 
@@ -126,6 +129,9 @@ def _igemm_fwd_kernel(
         if MERGE == 1:
             b_ptrs = w_ptr + (w_col[None, :] + tap * CG + r[:, None])
             b_mask = r_ok[:, None] & col_ok[None, :]
+        elif VEC == 8:  # w_ptr is the packed block-diagonal operand (gmerge_pack.py): dense 8-aligned rows
+            b_ptrs = w_ptr + (((group_block * taps + tap) * GC + r) * GK)[:, None] + cols[None, :]
+            b_mask = (r < GC)[:, None] & (cols < GK)[None, :]
         else:
             red_group = r // CG
             b_ptrs = w_ptr + (w_col[None, :] + tap * CG + (r - red_group * CG)[:, None])
@@ -155,18 +161,27 @@ class IgemmForward:
         ints = int_type(config)
         types = {"x_ptr": ptr, "w_ptr": ptr, "y_ptr": ptr, **{name: ints for name in _SIZE_PARAMS}}
         constexprs = tensor_core_constexprs(config)
-        return {"main": Program(_igemm_fwd_kernel, constexprs, types, config.num_warps, config.num_stages)}
+        programs = {"main": Program(_igemm_fwd_kernel, constexprs, types, config.num_warps, config.num_stages)}
+        if gmerge_pack.packs_weights(config):
+            programs["pack"] = gmerge_pack.pack_program(config, backward_data=False)
+        return programs
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
-        return 0
+        return gmerge_pack.workspace_elements(problem, config) if gmerge_pack.packs_weights(config) else 0
 
     def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
         m = problem.batch * _prod(problem.output_size)
         tiles = cdiv(m, config.block_m) * cdiv(config.merge * problem.k_per_group, config.block_n)
         grid = (tiles, cdiv(problem.groups, config.merge), 1)
-        args = (first, second, out, problem.batch, problem.groups, problem.c_per_group, problem.k_per_group,
-                *spatial_args(problem))
-        return [Launch("main", grid, args)]
+        sizes = (problem.batch, problem.groups, problem.c_per_group, problem.k_per_group, *spatial_args(problem))
+        if not gmerge_pack.packs_weights(config):
+            return [Launch("main", grid, (first, second, out, *sizes))]
+        packed = gmerge_pack.packed_view(workspace, problem, config)
+        total = packed.numel()
+        return [Launch("pack", (cdiv(total, gmerge_pack.PACK_BLOCK), 1, 1),
+                       (second, packed, problem.groups, problem.c_per_group, problem.k_per_group,
+                        _prod(problem.filter_size), total)),
+                Launch("main", grid, (first, packed, out, *sizes))]
 
 
 def _prod(values: tuple[int, ...]) -> int:
