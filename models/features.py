@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -117,6 +118,13 @@ class ConfigTable:
 
     def __len__(self) -> int:
         return len(self.configs)
+
+
+@lru_cache(maxsize=512)
+def _table(configs: tuple[KernelConfig, ...]) -> ConfigTable:
+    """A server ranks the same candidate lists again and again (one per problem signature): the
+    per-config columns are built once per list (hashing the tuple costs a quarter of building it)."""
+    return ConfigTable.of(configs)
 
 
 class FeatureEngine:
@@ -220,7 +228,7 @@ class FeatureEngine:
     # ---- all ----------------------------------------------------------------------------------
     def build(self, problem: ConvProblem, configs: Sequence[KernelConfig] | ConfigTable) -> np.ndarray:
         """``(len(configs), len(names))`` features of ``problem`` with each config, in order."""
-        table = configs if isinstance(configs, ConfigTable) else ConfigTable.of(configs)
+        table = configs if isinstance(configs, ConfigTable) else _table(tuple(configs))
         n = len(table)
         out = np.empty((n, len(self.names)), dtype=np.float64)
         if n == 0:

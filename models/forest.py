@@ -34,6 +34,11 @@ class Forest:
     roots: np.ndarray      # int64, per tree
     depth: int
     num_features: int
+    children: np.ndarray = None  # int64, [2·node] = left, [2·node + 1] = right (one gather per level)
+
+    def __post_init__(self) -> None:
+        if self.children is None:
+            object.__setattr__(self, "children", np.stack([self.left, self.right], axis=1).ravel())
 
     @classmethod
     def from_dump(cls, dump: dict[str, Any]) -> Forest:
@@ -87,8 +92,13 @@ class Forest:
         flat = np.ascontiguousarray(x, dtype=np.float64).ravel()
         base = (np.arange(n, dtype=np.int64) * x.shape[1])[:, None]
         node = np.broadcast_to(self.roots, (n, self.num_trees)).copy()
-        feature, threshold, left, right = self.feature, self.threshold, self.left, self.right
+        feature, threshold, children = self.feature, self.threshold, self.children
         for _ in range(self.depth):
-            go_left = flat.take(base + feature.take(node)) <= threshold.take(node)
-            node = np.where(go_left, left.take(node), right.take(node))
+            column = feature.take(node)
+            column += base
+            # x > threshold is "not x <= threshold" for finite x: the right child sits at 2·node + 1.
+            go_right = flat.take(column) > threshold.take(node)
+            node *= 2
+            node += go_right
+            node = children.take(node)
         return self.value.take(node).sum(axis=1)
