@@ -64,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
               "ms": {**{q: float(np.percentile(ms, float(q[1:]))) for q in ("p50", "p90", "p99")},
                      "max": float(ms.max())},
               "cpu": platform.processor() or platform.machine(), "threads": 1,
-              "method": "FeatureEngine.build + numpy forest (models/forest.py), one core, perf_counter per call; one untimed warm-up call per problem first (it builds the candidate list's cached config table, about 0.1 ms for 133 candidates)"}
+              "method": ("FeatureEngine.build + numpy forest (models/forest.py), one core, perf_counter per call; "
+                         "one untimed warm-up call per problem first (it builds the candidate list's cached config "
+                         "table, about 0.1 ms for 133 candidates)")}
     text = json.dumps(report, indent=2)
     print(text)
     if args.out:
