@@ -97,6 +97,24 @@ class Selector:
         self._lock = threading.Lock()
 
     # ---- public ----------------------------------------------------------------------------------
+    def select_cached(self, query: SelectQuery) -> Selection | None:
+        """The cached answer, or ``None`` (a miss is not counted: :meth:`select` counts it). Cheap
+        enough for the server's event loop, so a hit skips the hop to a worker thread."""
+        if query.top_k < 0 or query.policy is Policy.AUTOTUNE:
+            return None
+        predictor = self._predictor(query)
+        selection = self._cached(self._key(query, predictor))
+        if selection is not None:
+            self.metrics.cache_lookup(True)
+            self.metrics.selections.labels(selection.source.value,
+                                           f"{selection.model_name}/{selection.model_version}").inc()
+        return selection
+
+    @staticmethod
+    def _key(query: SelectQuery, predictor: Predictor) -> tuple:
+        return (query.problem.key, predictor.name, predictor.version, query.policy.value,
+                tuple(sorted(f.value for f in query.families)))
+
     def select(self, query: SelectQuery) -> Selection:
         if query.top_k < 0:
             raise InvalidArgument(f"must be >= 0 (0 means {DEFAULT_TOP_K}), got {query.top_k}", field="top_k")
@@ -104,8 +122,7 @@ class Selector:
         if query.policy is Policy.AUTOTUNE:
             selection = self._autotune(query, predictor)
         else:
-            key = (query.problem.key, predictor.name, predictor.version, query.policy.value,
-                   tuple(sorted(f.value for f in query.families)))
+            key = self._key(query, predictor)
             selection = self._cached(key)
             self.metrics.cache_lookup(selection is not None)
             if selection is None:

@@ -167,6 +167,9 @@ class Dispatcher:
     def select(self, query: SelectQuery) -> Selection:
         return self.selector.select(query)
 
+    def select_cached(self, query: SelectQuery) -> Selection | None:
+        return self.selector.select_cached(query)
+
     # ---- Run -------------------------------------------------------------------------------------
     def run(self, query: RunQuery) -> RunResult:
         problem = query.problem

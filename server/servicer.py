@@ -57,8 +57,14 @@ class Servicer(pb_grpc.TileDispatchServiceServicer):
             query = convert.select_query(request)
             return convert.select_response(core.select(query), query.top_k)
 
+        def cached(core: Dispatcher) -> pb.SelectResponse | None:
+            query = convert.select_query(request)
+            selection = core.select_cached(query)
+            return None if selection is None else convert.select_response(selection, query.top_k)
+
         heavy = request.policy == pb.SELECTION_POLICY_AUTOTUNE
-        return await self._unary("Select", context, self._heavy if heavy else self._fast, work, heavy=heavy)
+        return await self._unary("Select", context, self._heavy if heavy else self._fast, work, heavy=heavy,
+                                 inline=None if heavy else cached)
 
     async def Run(self, request: pb.RunRequest, context) -> pb.RunResponse:
         def work(core: Dispatcher) -> pb.RunResponse:
@@ -117,12 +123,18 @@ class Servicer(pb_grpc.TileDispatchServiceServicer):
 
     # ---- the shared wrapper ----------------------------------------------------------------------
     async def _unary(self, method: str, context, executor: Executor, work: Callable[[Dispatcher], Any], *,
-                     heavy: bool = False) -> Any:
+                     heavy: bool = False, inline: Callable[[Dispatcher], Any] | None = None) -> Any:
+        """``work`` on ``executor`` under the guard; ``inline`` (a cache lookup of a few tens of µs)
+        first runs on the event loop, and its answer, when not ``None``, skips the thread hop."""
         loop = asyncio.get_running_loop()
         result = None
 
         async def call(core: Dispatcher) -> None:
             nonlocal result
+            if inline is not None:
+                result = inline(core)
+                if result is not None:
+                    return
             result = await loop.run_in_executor(executor, _within(_deadline(context), work), core)
 
         await self._guarded(method, context, call, heavy=heavy)

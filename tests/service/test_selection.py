@@ -124,6 +124,24 @@ def test_cache_hits_and_invalidation(parts):
     assert not selector.select(SelectQuery(problem(batch=1))).cached
 
 
+def test_select_cached_answers_hits_only_and_counts_them_once(parts):
+    """The servicer answers a hit on the event loop through ``select_cached``; a miss goes on to
+    ``select`` in a thread, which counts the miss, so ``select_cached`` must not count it too."""
+    selector, _, _ = parts
+    metrics = selector.metrics
+    query = SelectQuery(problem(), top_k=3)
+    assert selector.select_cached(query) is None
+    assert (metrics._hits, metrics._lookups) == (0, 0)
+    first = selector.select(query)
+    assert (metrics._hits, metrics._lookups) == (0, 1)
+    again = selector.select_cached(query)
+    assert again is not None and again.cached and again.candidates == first.candidates
+    assert (metrics._hits, metrics._lookups) == (1, 2)
+    assert selector.select_cached(SelectQuery(problem(), top_k=3, policy=Policy.AUTOTUNE)) is None
+    assert selector.select_cached(SelectQuery(problem(batch=5))) is None
+    assert (metrics._hits, metrics._lookups) == (1, 2)
+
+
 def test_family_filter_and_unimplemented(parts):
     selector, _, _ = parts
     only = selector.select(SelectQuery(problem(), families=frozenset({Family.DIRECT})))
