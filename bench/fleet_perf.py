@@ -16,13 +16,12 @@ import platform
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 # The same Select problem and port helper as the single-server measurement (run as a script,
 # this folder is on sys.path).
-from service_perf import PROBLEM, _free_port  # noqa: E402
+from service_perf import PROBLEM, _free_port, select_throughput  # noqa: E402
 
 from tiledispatch.client import Client
 
@@ -50,32 +49,6 @@ def _wait(target: str) -> None:
                 time.sleep(0.3)
 
 
-def throughput(targets: list[str], clients: int, seconds: float) -> dict:
-    """``clients`` threads, each with its own round_robin channel over ``targets``, for ``seconds``."""
-    counts, errors = [0] * clients, [0] * clients
-    stop = time.monotonic() + seconds
-
-    def worker(index: int) -> None:
-        with Client(targets, timeout=30) as own:
-            own.info()
-            while time.monotonic() < stop:
-                try:
-                    own.select(PROBLEM)
-                    counts[index] += 1
-                except Exception:
-                    errors[index] += 1
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
-    started = time.monotonic()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    elapsed = time.monotonic() - started
-    return {"replicas": len(targets), "clients": clients, "seconds": round(elapsed, 3), "calls": sum(counts),
-            "errors": sum(errors), "per_second": round(sum(counts) / elapsed, 1)}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -90,7 +63,8 @@ def main() -> None:
         targets = [target for _, target in servers]
         for target in targets:
             _wait(target)
-        runs = [throughput(targets[:1], args.clients, args.seconds), throughput(targets, args.clients, args.seconds)]
+        runs = [select_throughput(targets[:1], args.clients, args.seconds),
+                select_throughput(targets, args.clients, args.seconds)]
     finally:
         for process, _ in servers:
             process.terminate()

@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from tiledispatch.native.configs import Family, KernelConfig
-from tiledispatch.native.kernels.base import Program, pointer_type
+from tiledispatch.native.kernels.base import Launch, Program, pointer_type
 from tiledispatch.native.problem import ConvProblem
 
 PACK_BLOCK = 1024
@@ -59,11 +59,17 @@ def pack_program(config: KernelConfig, backward_data: bool) -> Program:
                     "TOTAL": ints}, PACK_WARPS, 1)
 
 
-def packed_view(workspace, problem: ConvProblem, config: KernelConfig):
-    """The packed operand inside the fp32 workspace, in the problem's dtype."""
+def pack_launch(problem: ConvProblem, config: KernelConfig, weight, workspace) -> tuple[Launch, object]:
+    """The ``pack`` launch and the packed operand (inside the fp32 workspace, in the problem's
+    dtype) that the main program then reads in place of the weight."""
     from tiledispatch.native.launch import torch_dtype
 
-    return workspace.view(torch_dtype(problem.dtype))[: packed_elements(problem, config)]
+    packed = workspace.view(torch_dtype(problem.dtype))[: packed_elements(problem, config)]
+    total = packed.numel()
+    launch = Launch("pack", (-(-total // PACK_BLOCK), 1, 1),
+                    (weight, packed, problem.groups, problem.c_per_group, problem.k_per_group,
+                     math.prod(problem.filter_size), total))
+    return launch, packed
 
 
 @triton.jit

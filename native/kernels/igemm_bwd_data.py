@@ -246,9 +246,5 @@ class IgemmBackwardData:
                  *tap_steps(problem))
         if not gmerge_pack.packs_weights(config):
             return [Launch("main", grid, (first, second, out, *sizes))]
-        packed = gmerge_pack.packed_view(workspace, problem, config)
-        total = packed.numel()
-        return [Launch("pack", (cdiv(total, gmerge_pack.PACK_BLOCK), 1, 1),
-                       (second, packed, problem.groups, problem.c_per_group, problem.k_per_group,
-                        math.prod(problem.filter_size), total)),
-                Launch("main", grid, (first, packed, out, *sizes))]
+        pack, packed = gmerge_pack.pack_launch(problem, config, second, workspace)
+        return [pack, Launch("main", grid, (first, packed, out, *sizes))]
