@@ -53,12 +53,15 @@ class Servicer(pb_grpc.TileDispatchServiceServicer):
 
     # ---- RPCs ------------------------------------------------------------------------------------
     async def Select(self, request: pb.SelectRequest, context) -> pb.SelectResponse:
+        parsed: list = []  # the query, parsed once for the inline lookup and the thread
+
         def work(core: Dispatcher) -> pb.SelectResponse:
-            query = convert.select_query(request)
+            query = parsed[0] if parsed else convert.select_query(request)
             return convert.select_response(core.select(query), query.top_k)
 
         def cached(core: Dispatcher) -> pb.SelectResponse | None:
             query = convert.select_query(request)
+            parsed.append(query)
             selection = core.select_cached(query)
             return None if selection is None else convert.select_response(selection, query.top_k)
 

@@ -47,16 +47,23 @@ def packed_elements(problem: ConvProblem, config: KernelConfig) -> int:
 
 
 def workspace_elements(problem: ConvProblem, config: KernelConfig) -> int:
-    """fp32 workspace elements holding the packed operand (in the problem's dtype)."""
+    """fp32 workspace elements holding the packed operand (in the problem's dtype); 0 when the
+    kernel does not pack."""
+    if not packs_weights(config):
+        return 0
     return -(-packed_elements(problem, config) * problem.dtype.itemsize // 4)
 
 
-def pack_program(config: KernelConfig, backward_data: bool) -> Program:
+def programs(config: KernelConfig, backward_data: bool) -> dict[str, Program]:
+    """``{"pack": …}`` for a kernel that packs its weights, else nothing."""
+    if not packs_weights(config):
+        return {}
     ints = "i64" if config.index64 else "i32"
     ptr = pointer_type(config.dtype)
-    return Program(_pack_kernel, {"MERGE": config.merge, "BACKWARD_DATA": backward_data, "BLOCK": PACK_BLOCK},
-                   {"w_ptr": ptr, "p_ptr": ptr, "GROUPS": ints, "CG": ints, "KG": ints, "TAPS": ints,
-                    "TOTAL": ints}, PACK_WARPS, 1)
+    return {"pack": Program(_pack_kernel, {"MERGE": config.merge, "BACKWARD_DATA": backward_data,
+                                           "BLOCK": PACK_BLOCK},
+                            {"w_ptr": ptr, "p_ptr": ptr, "GROUPS": ints, "CG": ints, "KG": ints, "TAPS": ints,
+                             "TOTAL": ints}, PACK_WARPS, 1)}
 
 
 def pack_launch(problem: ConvProblem, config: KernelConfig, weight, workspace) -> tuple[Launch, object]:

@@ -161,13 +161,11 @@ class IgemmForward:
         ints = int_type(config)
         types = {"x_ptr": ptr, "w_ptr": ptr, "y_ptr": ptr, **{name: ints for name in _SIZE_PARAMS}}
         constexprs = tensor_core_constexprs(config)
-        programs = {"main": Program(_igemm_fwd_kernel, constexprs, types, config.num_warps, config.num_stages)}
-        if gmerge_pack.packs_weights(config):
-            programs["pack"] = gmerge_pack.pack_program(config, backward_data=False)
-        return programs
+        return {"main": Program(_igemm_fwd_kernel, constexprs, types, config.num_warps, config.num_stages),
+                **gmerge_pack.programs(config, backward_data=False)}
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
-        return gmerge_pack.workspace_elements(problem, config) if gmerge_pack.packs_weights(config) else 0
+        return gmerge_pack.workspace_elements(problem, config)
 
     def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
         m = problem.batch * _prod(problem.output_size)
