@@ -349,7 +349,8 @@ def main() -> None:
                      "memory_format": args.memory_format, "policies": list(POLICIES), "timer": repr(runtime.timer),
                      "kernels": f"compiled registry {runtime.registry_dir}" if runtime._registry is not None else "JIT",
                      "selection": (f"remote {selector.target} (local fallback)" if selector.mode == "remote"
-                                   else f"local ({selector.predictor.name})"), "arch": selector.spec.name},
+                                   else "local (shipped trained model, else analytic: sources per problem below)"),
+                     "arch": selector.spec.name},
         "results": [],
     }
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:

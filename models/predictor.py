@@ -21,7 +21,8 @@ identical to ``Booster.predict`` for finite inputs): ``predicted_us = exp(raw sc
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -142,3 +143,33 @@ def load(path: Path | str, engine: FeatureEngine | None = None) -> TrainedPredic
     manifest = _read_json(manifest_file) if manifest_file.exists() else {}
     columns = np.array([engine.index[n] for n in names], dtype=np.int64)
     return TrainedPredictor(folder, spec, forest, engine, columns, manifest)
+
+
+def version_key(version: str) -> tuple:
+    """Orders "1.10" after "1.9" and "v2" after "v1": numbers compare as numbers."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part)
+                 for part in re.split(r"(\d+)", version) if part)
+
+
+def packaged_models_dir() -> Path:
+    """``models/artifacts`` of this package: the models shipped with it."""
+    return Path(__file__).resolve().parent / "artifacts"
+
+
+def load_all(models_dir: Path | str) -> tuple[list[TrainedPredictor], dict[str, str]]:
+    """Every model under ``<models_dir>/<name>/<version>/``: those that load, and the reason for
+    each folder that does not (one bad artifact must not hide the others)."""
+    loaded, failed = [], {}
+    for folder in sorted(p.parent for p in Path(models_dir).glob("*/*/feature_spec.json")):
+        try:
+            loaded.append(load(folder))
+        except (ModelLoadError, ImportError, OSError, ValueError) as error:
+            failed[str(folder)] = str(error)
+    return loaded, failed
+
+
+def newest_covering(models: Iterable[TrainedPredictor], arch: str, dtype: DType,
+                    direction: Direction) -> TrainedPredictor | None:
+    """The newest version among the models trained for (arch or device, dtype, direction)."""
+    covering = [m for m in models if m.covers(arch, dtype, direction)]
+    return max(covering, key=lambda m: version_key(m.version)) if covering else None

@@ -37,6 +37,7 @@ import numpy as np
 from tiledispatch.models import metrics
 from tiledispatch.models.analytic import AnalyticPredictor
 from tiledispatch.models.dataset import ProblemRows, manifest_summary, problem_rows, read_rows
+from tiledispatch.models.predictor import newest_covering
 from tiledispatch.native.arch import get_arch
 from tiledispatch.native.bench import PRUNE_FACTOR
 from tiledispatch.native.problem import Direction, DType
@@ -45,16 +46,9 @@ from tiledispatch.native.problem import Direction, DType
 CUDNN_TOP1_TOLERANCE = 1.01
 
 
-def _version_key(version: str) -> tuple:
-    import re
-
-    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", version) if p)
-
-
 def choose_model(models: Sequence[Any], arch: str, device: str, dtype: DType, direction: Direction) -> Any | None:
     """As the server does: the newest version among the models covering (arch or device, dtype, direction)."""
-    covering = [m for m in models if m.covers(arch, dtype, direction) or m.covers(device, dtype, direction)]
-    return max(covering, key=lambda m: _version_key(m.version)) if covering else None
+    return newest_covering(models, arch, dtype, direction) or newest_covering(models, device, dtype, direction)
 
 
 def load_models(models_dir: Path | None, extra: Sequence[Path] = ()) -> list[Any]:

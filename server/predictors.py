@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from tiledispatch.models.analytic import AnalyticPredictor
+from tiledispatch.models.predictor import version_key
 from tiledispatch.native.arch import ArchSpec
 from tiledispatch.native.configs import KernelConfig
 from tiledispatch.native.problem import ConvProblem, Direction, DType
@@ -59,12 +59,6 @@ class ModelDescription:
     directions: tuple[str, ...] = ()
     feature_count: int = 0
     description: str = ""
-
-
-def version_key(version: str) -> tuple:
-    """Orders "1.10" after "1.9" and "v2" after "v1": numbers compare as numbers."""
-    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part)
-                 for part in re.split(r"(\d+)", version) if part)
 
 
 def describe(predictor: Predictor) -> ModelDescription:

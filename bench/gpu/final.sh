@@ -1,44 +1,51 @@
 #!/usr/bin/env bash
-# One bounded device call (< 10 min): build the registry, then the service's Run bandwidth on the GPU,
-# the PyTorch integration's GPU tests and end-to-end benchmark, and data collection for whatever
-# time is left. Runs from a private copy of the tree (the device tool re-syncs the working tree on
-# every call). Results: $OUT/final.tar.gz. Usage: DEADLINE_S=560 bash bench/gpu/final.sh [steps]
+# A whole GPU sitting as one background job, so that it can outlive the device tool's 10-minute
+# calls: registry, GPU tests, dev suite + report, PyTorch tests and end-to-end benchmark, then
+# heuristic data in rounds until the deadline. Runs from a private copy of the tree (each device call
+# re-syncs the working tree). Start it, then collect snapshots with bench/gpu/snapshot.sh:
+#   nohup bash bench/gpu/final.sh > /tmp/final.log 2>&1 &     # DEADLINE_S=1500 STEPS="..." optional
+#   bash bench/gpu/snapshot.sh 560                            # waits <= 560 s, tars $WORK into $OUT
 set -uo pipefail
 START=$(date +%s)
-DEADLINE_S=${DEADLINE_S:-560}
-OUT=${OUT:-/tmp/out}
+DEADLINE_S=${DEADLINE_S:-1500}
 WORK=${WORK:-/tmp/tdwork}
-STEPS=${*:-build service torch e2e collect}
+STEPS=${STEPS:-build test dev report torch e2e collect}
 left() { echo $(( DEADLINE_S - ($(date +%s) - START) )); }
 rm -rf /tmp/repo && cp -r "$PWD" /tmp/repo && cd /tmp/repo || exit 1
 for pair in native:native models:models server:server client:client v1:proto/tiledispatch/v1; do
   ln -sfn "$PWD/${pair#*:}" "tiledispatch/${pair%%:*}"
 done
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-export TILEDISPATCH_REGISTRY_DIR="$WORK/registry"
-mkdir -p "$WORK/logs" "$OUT"
+export TILEDISPATCH_SHARED_DIR=${TILEDISPATCH_SHARED_DIR:-$PWD/.shared}
+REG="$WORK/registry"
+export TILEDISPATCH_REGISTRY_DIR="$REG" TILEDISPATCH_TEST_REGISTRY="$REG"
+mkdir -p "$WORK/logs"
+rm -f "$WORK/DONE"
+td() { python3 -m tiledispatch.cli "$@"; }
+bounded() { local limit=$1; shift; [ "$(left)" -gt 30 ] || return 1; timeout "$(( limit < $(left) - 10 ? limit : $(left) - 10 ))" "$@"; }
 for step in $STEPS; do
   echo "=== $step at +$(( $(date +%s) - START ))s, $(left)s left"
   case $step in
-    build) python3 -m tiledispatch.cli registry build --rule-set default --arch sm_90 --workers "$(nproc)" \
-             --cache-dir "$WORK/registry" --allow-failures 2>&1 | grep -v "^\s*\[" | tail -2 ;;
-    service) timeout 90 python3 bench/service_perf.py --seconds 3 --out "$WORK/service_perf_h200.json" \
-               > "$WORK/logs/service_perf_h200.txt" 2>&1; tail -5 "$WORK/logs/service_perf_h200.txt" ;;
-    torch) timeout $(( $(left) / 3 )) python3 -m pytest -q -m gpu -p no:cacheprovider tests/integrations/test_torch_gpu.py \
-             > "$WORK/logs/torch_gpu_tests.txt" 2>&1; tail -15 "$WORK/logs/torch_gpu_tests.txt" ;;
-    e2e) timeout $(( $(left) / 2 )) python3 bench/torch_e2e.py --steps 5 --rounds 3 --warmup 2 --out-dir "$WORK/torch_e2e" \
-           > "$WORK/logs/torch_e2e.txt" 2>&1; tail -12 "$WORK/logs/torch_e2e.txt" ;;
-    collect) mkdir -p "$WORK/data"; for d in models/data/measured/h200/*/; do [ -d "$WORK/data/$(basename "$d")" ] || cp -r "$d" "$WORK/data/"; done
-             for list in ${COLLECT_LISTS:-train_bwd_weight validation_fwd train_fwd validation_bwd_data train_bwd_data}; do
-               direction=${list#*_}
-               [ "$(left)" -gt 20 ] || break
-               timeout $(( $(left) - 15 )) python3 -m tiledispatch.cli bench --problems "models/data/problems/$list.json" \
-                 --direction "$direction" --dtype bf16 --cache-dir "$WORK/registry" --out "$WORK/data/$list" \
-                 --training $([ "${list%%_*}" = train ] && echo --oracle-only --max-kernels 48) \
-                 > "$WORK/logs/collect_$list.txt" 2>&1
-               grep -E "^bench: [0-9]" "$WORK/logs/collect_$list.txt"; grep -c "rows, best" "$WORK/logs/collect_$list.txt"
-             done ;;
+    build) { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+             python3 -c "import torch, triton; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version(), 'triton', triton.__version__)"; } > "$WORK/logs/env.txt" 2>&1
+           bounded 200 python3 -m tiledispatch.cli registry build --rule-set default --arch sm_90 --workers "$(nproc)" \
+             --cache-dir "$REG" --allow-failures > "$WORK/logs/build_default.txt" 2>&1
+           grep -v "^\s*\[" "$WORK/logs/build_default.txt" | tail -2; grep "spills:" "$WORK/logs/build_default.txt" | head -5
+           cp "$REG/manifest-sm_90.json" "$WORK/logs/registry_manifest_default.json" ;;
+    test) bounded 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_gpu.py tests/service/test_gpu_server.py \
+            > "$WORK/logs/gpu_tests.txt" 2>&1; tail -3 "$WORK/logs/gpu_tests.txt" ;;
+    dev) bounded 420 python3 -m tiledispatch.cli bench --problems "$TILEDISPATCH_SHARED_DIR/bench/dev_suite.json" \
+           --cache-dir "$REG" --out "$WORK/dev_suite" > "$WORK/logs/bench_dev.txt" 2>&1; tail -2 "$WORK/logs/bench_dev.txt" ;;
+    report) python3 bench/report.py "$WORK/dev_suite" --out "$WORK/report_dev_suite" \
+              --title "Dev suite: tiledispatch vs cuDNN (bf16)" 2>&1 | tail -1
+            sed -n '/## Targets/,/## Per class/p' "$WORK/report_dev_suite/report.md" ;;
+    torch) bounded 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/integrations/test_torch_gpu.py \
+             > "$WORK/logs/torch_gpu_tests.txt" 2>&1; tail -3 "$WORK/logs/torch_gpu_tests.txt" ;;
+    e2e) bounded 330 python3 bench/torch_e2e.py --steps 5 --rounds 3 --warmup 2 --out-dir "$WORK/torch_e2e" \
+           > "$WORK/logs/torch_e2e.txt" 2>&1; tail -3 "$WORK/logs/torch_e2e.txt" ;;
+    collect) VALID_STEP=${VALID_STEP:-60} TRAIN_STEP=${TRAIN_STEP:-150} ROUNDS=${ROUNDS:-10} \
+               bounded 100000 bash bench/gpu/collect.sh > "$WORK/logs/collect.txt" 2>&1; tail -4 "$WORK/logs/collect.txt" ;;
   esac
 done
-tar -czf "$OUT/final.tar.gz" -C "$WORK" --exclude=registry . 2>/dev/null
-ls -la "$OUT"
+echo "=== done at +$(( $(date +%s) - START ))s"
+touch "$WORK/DONE"

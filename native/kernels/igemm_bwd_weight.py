@@ -144,9 +144,16 @@ def _igemm_bwd_weight_kernel(
     # blocks summed in one accumulator (measured on an H200, bf16, 23M positions in one split:
     # relative error 0.026). Each chunk of PROMOTE_BLOCKS blocks is summed in ``part`` and then
     # added to ``acc`` with ordinary fp32 adds, which round to nearest.
-    for chunk in tl.range(kb_begin, kb_end, PROMOTE_BLOCKS, num_stages=1):
-        part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for kb in tl.range(chunk, tl.minimum(chunk + PROMOTE_BLOCKS, kb_end)):
+    # Exact fp32 dots (DOT_PRECISION "ieee") are FMAs that do round to nearest: one chunk, one tile
+    # (a second accumulator would cost the registers that make those kernels spill).
+    promote: tl.constexpr = DOT_PRECISION != "ieee"
+    chunk_blocks = PROMOTE_BLOCKS if promote else tl.maximum(kb_end - kb_begin, 1)
+    for chunk in tl.range(kb_begin, kb_end, chunk_blocks, num_stages=1):
+        if promote:
+            part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        else:
+            part = acc
+        for kb in tl.range(chunk, tl.minimum(chunk + chunk_blocks, kb_end)):
             p0 = kb * BLOCK_K  # first position of this block
             if INDEX64:
                 p0 = p0.to(tl.int64)
@@ -185,7 +192,10 @@ def _igemm_bwd_weight_kernel(
                 carry0 = od0 >= OUT_D
                 od0 = tl.where(carry0, od0 - OUT_D, od0)
                 n0 += step_n + carry0.to(n0.dtype)
-        acc += part
+        if promote:
+            acc += part
+        else:
+            acc = part
 
     # dW[g0 + m // (K/G), m % (K/G), tap, j % (C/G)] sits at ((g0·K/G + m)·taps + tap)·C/G + j % (C/G).
     out_mask = k_ok[:, None] & c_ok[None, :]

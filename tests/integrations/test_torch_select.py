@@ -19,6 +19,8 @@ PROBLEM = ConvProblem(direction="fwd", dtype="bf16", batch=8, groups=32, in_chan
                       input_size=(28, 28), filter_size=(3, 3), stride=(1, 1), dilation=(1, 1), pad_begin=(1, 1),
                       pad_end=(1, 1))
 LOGGER = "tiledispatch.integrations"
+#: The local ranking of PROBLEM: the trained model shipped for (sm_90, bf16, fwd).
+LOCAL_BF16_FWD = "local:lgbm-sm_90-bf16-fwd"
 
 
 class FakeClient:
@@ -46,7 +48,8 @@ def test_local_mode_ranks_supported_kernels_and_caches(monkeypatch):
     selector = KernelSelector()
     assert selector.mode == "local"
     choice = selector.select(PROBLEM)
-    assert choice.source == "local:analytic" and is_supported(PROBLEM, choice.config)
+    # bf16 forward on sm_90: the shipped trained model ranks it.
+    assert choice.source == f"local:lgbm-sm_90-{PROBLEM.dtype.value}-fwd" and is_supported(PROBLEM, choice.config)
     assert choice.config == selector.rank_local(PROBLEM)[0][0]
     again = selector.select(PROBLEM)
     assert again is choice
@@ -77,7 +80,7 @@ def test_unreachable_service_falls_back_locally_with_one_warning(caplog):
         first = selector.select(PROBLEM)
         for direction in ("bwd_data", "bwd_weight"):
             selector.select(PROBLEM.with_direction(direction))
-    assert first.source == "local:analytic"
+    assert first.source == LOCAL_BF16_FWD
     assert client.calls == 1  # not retried before retry_after_s
     lines = _warnings(caplog)
     assert len(lines) == 1 and "unreachable" in lines[0] and "locally" in lines[0], lines
@@ -114,7 +117,7 @@ def test_candidates_outside_the_local_pool_are_skipped(caplog):
     selector = KernelSelector(client=FakeClient([elsewhere.name]), pool=pool)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         choice = selector.select(PROBLEM)
-    assert choice.config in pool and choice.source == "local:analytic"
+    assert choice.config in pool and choice.source == LOCAL_BF16_FWD
     assert len(_warnings(caplog)) == 1
 
 
@@ -131,7 +134,7 @@ def test_unreachable_real_target_fails_fast(caplog):
     selector = KernelSelector(f"127.0.0.1:{free_port()}", timeout_s=2.0)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         choice = selector.select(PROBLEM)
-    assert choice.source == "local:analytic" and choice.seconds < 2.5
+    assert choice.source == LOCAL_BF16_FWD and choice.seconds < 2.5
     assert len(_warnings(caplog)) == 1
 
 
@@ -144,3 +147,11 @@ def test_select_through_a_running_service(tmp_path):
             choice = selector.select(PROBLEM.with_direction(direction))
             assert choice.source.startswith("remote:"), choice.source
             assert is_supported(PROBLEM.with_direction(direction), choice.config)
+
+
+def test_local_ranking_falls_back_to_the_analytic_model_where_no_trained_model_covers(monkeypatch, tmp_path):
+    monkeypatch.delenv("TILEDISPATCH_TARGET", raising=False)
+    fp32 = ConvProblem(**{**PROBLEM.to_dict(), "dtype": "fp32"})
+    assert KernelSelector().select(fp32).source == "local:analytic"  # no fp32 model ships
+    monkeypatch.setenv("TILEDISPATCH_MODELS_DIR", str(tmp_path))  # an empty models folder
+    assert KernelSelector().select(PROBLEM).source == "local:analytic"

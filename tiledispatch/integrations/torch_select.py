@@ -11,8 +11,9 @@ Order of a :meth:`KernelSelector.select`:
    ``$TILEDISPATCH_SELECT_TIMEOUT_S``); the first of its ranked candidates that this process can run
    (supported, and in the local registry when kernels come from one) is taken;
 3. the local ranking: every kernel of the local pool (the compiled registry's, else the rule set's)
-   that supports the problem, ranked by a predictor (the analytic roofline model unless another
-   is given), best first.
+   that supports the problem, ranked by a predictor, best first: the one given, else the newest
+   trained model shipped for (arch, dtype, direction) (``$TILEDISPATCH_MODELS_DIR`` or the package's
+   ``models/artifacts``), else the analytic roofline model.
 
 When the service is unreachable (UNAVAILABLE, DEADLINE_EXCEEDED) one WARNING line says so and
 selection stays local for ``retry_after_s`` before the service is tried again; one INFO line says
@@ -116,6 +117,8 @@ class KernelSelector:
         self._pool_names = frozenset(c.name for c in self._pool) if self._pool is not None else None
         self._available = available
         self._predictor = predictor
+        self._given_predictor = predictor is not None
+        self._trained: list[Any] | None = None
         self.timeout_s = float(timeout_s if timeout_s is not None else
                                os.environ.get("TILEDISPATCH_SELECT_TIMEOUT_S") or DEFAULT_TIMEOUT_S)
         self.top_k = top_k
@@ -162,11 +165,37 @@ class KernelSelector:
 
     @property
     def predictor(self) -> Predictor:
+        """The fallback predictor: the one given, else the analytic model."""
         if self._predictor is None:
             from tiledispatch.models.analytic import AnalyticPredictor
 
             self._predictor = AnalyticPredictor(self.spec)
         return self._predictor
+
+    def predictor_for(self, problem: ConvProblem) -> Predictor:
+        """What ranks ``problem`` locally: the given predictor, else the newest shipped trained model
+        covering (arch, dtype, direction), else the analytic model."""
+        if self._given_predictor:
+            return self.predictor
+        if self._trained is None:
+            self._trained = self._load_trained()
+        from tiledispatch.models.predictor import newest_covering
+
+        model = (newest_covering(self._trained, self.spec.arch, problem.dtype, problem.direction)
+                 or newest_covering(self._trained, self.spec.name, problem.dtype, problem.direction))
+        return model or self.predictor
+
+    def _load_trained(self) -> list[Any]:
+        try:
+            from tiledispatch.models.predictor import load_all, packaged_models_dir
+        except ImportError as error:  # numpy-only install without the models package's needs
+            log.info("tiledispatch: no trained models (%s); ranking with the analytic model", error)
+            return []
+        models_dir = os.environ.get("TILEDISPATCH_MODELS_DIR") or packaged_models_dir()
+        loaded, failed = load_all(models_dir)
+        for folder, reason in failed.items():
+            log.warning("tiledispatch: model %s not loaded (%s); it is not used for local ranking", folder, reason)
+        return loaded
 
     def runnable(self, config: KernelConfig, problem: ConvProblem) -> bool:
         """Whether this process can run ``config`` on ``problem``."""
@@ -192,7 +221,7 @@ class KernelSelector:
         configs = [c for c in self.pool_for(problem) if self.runnable(c, problem)]
         if not configs:
             return []
-        predicted = np.asarray(self.predictor.predict_us(problem, configs), dtype=np.float64)
+        predicted = np.asarray(self.predictor_for(problem).predict_us(problem, configs), dtype=np.float64)
         order = np.argsort(predicted, kind="stable")
         return [(configs[i], float(predicted[i])) for i in order]
 
@@ -202,7 +231,7 @@ class KernelSelector:
             source = f"registry/rule set '{self.rule_set}'" if self._pool is None else "the local kernel pool"
             raise SelectionError(f"no kernel of {source} supports {problem.key}")
         config, predicted = ranked[0]
-        return Choice(config, f"local:{self.predictor.name}", time.perf_counter() - start, predicted)
+        return Choice(config, f"local:{self.predictor_for(problem).name}", time.perf_counter() - start, predicted)
 
     # ---- remote ----------------------------------------------------------------------------------
     def _client_instance(self) -> Any:
@@ -245,12 +274,12 @@ class KernelSelector:
             self._remote_down_until = time.monotonic() + self.retry_after_s
             if not already_down:
                 log.warning("tiledispatch: kernel selection service at %s is unreachable (%s: %s); choosing "
-                            "kernels locally with the %s predictor; next try in %.0f s",
+                            "kernels locally (trained model or %s fallback); next try in %.0f s",
                             self._target_text(), code, message.splitlines()[0] if message else "",
                             self.predictor.name, self.retry_after_s)
             return
         self._warn_once(code, "tiledispatch: the kernel selection service at %s refused a Select (%s: %s); "
-                        "choosing that kernel locally with the %s predictor", self._target_text(), code, message,
+                        "choosing that kernel locally (trained model or %s fallback)", self._target_text(), code, message,
                         self.predictor.name)
 
     def _warn_once(self, kind: str, message: str, *args: Any) -> None:
