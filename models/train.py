@@ -28,6 +28,8 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import os
+import shutil
 import subprocess
 import time
 from collections.abc import Sequence
@@ -216,15 +218,18 @@ def train_artifact(data_dirs: Sequence[Path], direction: Direction, dtype: DType
     booster = fit(m, settings, names, trees)
     name = name or model_name(arch, dtype, direction)
     folder = Path(out) / name / version
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "model.txt").write_text(booster.model_to_string())
+    # Written in full outside the <name>/<version> pattern the model store globs, then swapped in.
+    staging = Path(out) / f".staging-{os.getpid()}" / name / version
+    shutil.rmtree(staging.parents[1], ignore_errors=True)
+    staging.mkdir(parents=True)
+    (staging / "model.txt").write_text(booster.model_to_string())
     import lightgbm
 
     spec = {"name": name, "version": version, "kind": "trained", "schema_version": schema,
             "feature_names": names, "target": TARGET, "target_transform": "predicted_us = exp(raw score)",
             "arch": get_arch(arch).arch, "device": get_arch(arch).name, "dtype": dtype.value,
             "direction": direction.value, "lightgbm": lightgbm.__version__, "num_trees": booster.num_trees()}
-    (folder / "feature_spec.json").write_text(json.dumps(spec, indent=2) + "\n")
+    (staging / "feature_spec.json").write_text(json.dumps(spec, indent=2) + "\n")
     manifest = {"name": name, "version": version, "data_hash": data_hash(problems), "rows": int(len(m.y)),
                 "problems": len(problems), "timed_rows": int(sum(pr.timed.sum() for pr in problems)),
                 **manifest_summary(manifests), "direction": direction.value, "dtype": dtype.value,
@@ -239,12 +244,27 @@ def train_artifact(data_dirs: Sequence[Path], direction: Direction, dtype: DType
                             + (f" --feature-set {feature_set}" if feature_set is not None else "")
                             + (f" --exclude {' '.join(map(str, exclude))}" if exclude else "")
                             + settings_flags(settings))}
-    (folder / "train_manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    (staging / "train_manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    _publish(staging, folder)
     o = cv["overall"]
     log(f"train: {name}/{version}: {len(problems)} problems, {len(m.y)} rows, {booster.num_trees()} trees; "
         f"CV mean {o['mean']:.4f} p10 {o['p10']:.4f} min {o['min']:.4f} top1 {o['top1']:.3f} top5 {o['top5']:.3f}"
         f" -> {folder}")
     return folder
+
+
+def _publish(staging: Path, folder: Path) -> None:
+    """Make the fully written ``staging`` folder the artifact: a reader (the server's model store)
+    sees the old artifact or the new one (between two renames, for an instant, neither), never a
+    mix of their files or a half-written one."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    if folder.exists():
+        retired = staging.with_name(f"{staging.name}.retired")
+        os.replace(folder, retired)
+        os.replace(staging, folder)
+    else:
+        os.replace(staging, folder)
+    shutil.rmtree(staging.parents[1])
 
 
 def main(argv: list[str] | None = None) -> int:
