@@ -43,7 +43,7 @@ for step in $STEPS; do
              > "$WORK/logs/torch_gpu_tests.txt" 2>&1; tail -3 "$WORK/logs/torch_gpu_tests.txt" ;;
     e2e) bounded 330 python3 bench/torch_e2e.py --steps 5 --rounds 3 --warmup 2 --out-dir "$WORK/torch_e2e" \
            > "$WORK/logs/torch_e2e.txt" 2>&1; tail -3 "$WORK/logs/torch_e2e.txt" ;;
-    collect) VALID_STEP=${VALID_STEP:-60} TRAIN_STEP=${TRAIN_STEP:-150} ROUNDS=${ROUNDS:-10} \
+    collect) VALID_STEP=${VALID_STEP:-60} VALID_MAX=${VALID_MAX:-100} TRAIN_STEP=${TRAIN_STEP:-150} ROUNDS=${ROUNDS:-10} \
                bounded 100000 bash bench/gpu/collect.sh > "$WORK/logs/collect.txt" 2>&1; tail -4 "$WORK/logs/collect.txt" ;;
   esac
 done
