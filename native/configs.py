@@ -20,8 +20,8 @@ igemm      tensor-core implicit GEMM, one flattened loop    GEMM M × GEMM N × 
 gmerge     igemm with ``merge`` groups per CTA and a        as igemm, over the merged groups
            block-diagonal operand (small C/G or K/G)
 gemm1x1    1×1, stride 1, no padding: a plain GEMM          as igemm
-direct     CUDA-core FMA (depthwise and small C/G),         positions × channels × 1
-           vectorised over channels
+direct     CUDA-core FMA (depthwise and small C/G),         positions × channels × 1 (depthwise tap
+           vectorised over channels                         rows: × filter columns unrolled, 4 or 8)
 =========  ===============================================  =========================================
 
 ``split_k`` (backward-weight only) splits the reduction over N·prod(out) into that many parts
@@ -104,8 +104,11 @@ class KernelConfig:
             if self.block_k < 16 or self.block_m < 16 or self.block_n < 16:
                 raise ConfigError("block_m/block_n/block_k: tensor-core tiles need every side >= 16")
         else:
-            if self.block_k != 1 or self.num_stages != 1 or self.group_m != 1:
-                raise ConfigError("direct kernels use block_k=1, num_stages=1, group_m=1")
+            # block_k > 1: the depthwise tap-row programs, block_k = the most filter columns
+            # they unroll (see kernels/direct.py).
+            if self.block_k not in (1, 4, 8) or self.num_stages != 1 or self.group_m != 1:
+                raise ConfigError("direct kernels use block_k=1 (or 4/8: depthwise tap rows), num_stages=1, "
+                                  "group_m=1")
 
     @property
     def name(self) -> str:

@@ -37,6 +37,8 @@ _SPLIT_K = (1, 2, 4, 8, 16, 32, 64)
 _DIRECT_BLOCK_M = (16, 32, 64, 128, 256)
 _DIRECT_BLOCK_N = (8, 16, 32, 64, 128)
 _DIRECT_WARPS = (1, 2, 4, 8)
+#: block_k of direct kernels: 1, or the filter columns the depthwise tap-row programs unroll (4 or 8).
+_DIRECT_TAPS_W = (1, 4, 8)
 #: Direct kernels keep block_m*block_n/threads values live per operand; past this they spill.
 MAX_DIRECT_ELEMENTS_PER_THREAD = 64
 
@@ -63,19 +65,19 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
     bwd_weight = direction is Direction.BACKWARD_WEIGHT
     for family in Family:
         if family is Family.DIRECT:
-            domains = (_DIRECT_BLOCK_M, _DIRECT_BLOCK_N, _DIRECT_WARPS, _SPLIT_K if bwd_weight else (1,),
-                       (1, 8), (False, True))
+            domains = (_DIRECT_BLOCK_M, _DIRECT_BLOCK_N, _DIRECT_TAPS_W, _DIRECT_WARPS,
+                       _SPLIT_K if bwd_weight else (1,), (1, 8), (False, True))
             if narrow:
-                domains = ((32, 64, 128), (16, 32, 64), (4,), (1, 8, 32) if bwd_weight else (1,), (1, 8),
-                           (False, True))
-            for bm, bn, warps, sk, vec, i64 in itertools.product(*domains):
-                yield KernelConfig(direction, dtype, ndim, family, bm, bn, 1, warps, 1, 1, sk, 1, vec, i64)
+                domains = ((32, 64, 128, 256), (16, 32, 64), _DIRECT_TAPS_W, (4,),
+                           (1, 8, 32, 64) if bwd_weight else (1,), (1, 8), (False, True))
+            for bm, bn, bk, warps, sk, vec, i64 in itertools.product(*domains):
+                yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, 1, 1, sk, 1, vec, i64)
             continue
         merges = _MERGE if family is Family.GMERGE else (1,)
         domains = (_TC_BLOCK_M, _TC_BLOCK_N, _TC_BLOCK_K, _TC_WARPS, _TC_STAGES, _GROUP_M,
                    _SPLIT_K if bwd_weight else (1,), merges, (1, 8), (False, True))
         if narrow:
-            domains = ((32, 64, 128), (16, 32, 64, 128), (16, 32, 64), (4, 8), (2, 3, 4), (8,),
+            domains = ((32, 64, 128, 256), (16, 32, 64, 128, 256), (16, 32, 64), (4, 8), (2, 3, 4), (8,),
                        (1, 4, 16) if bwd_weight else (1,),
                        tuple(m for m in merges if m <= 16), (1, 8), (False, True))
         for bm, bn, bk, warps, stages, gm, sk, mg, vec, i64 in itertools.product(*domains):
@@ -90,6 +92,23 @@ def _full_rule(config: KernelConfig, arch: ArchSpec) -> bool:
 def _default_rule(config: KernelConfig) -> bool:
     """The registry shipped and measured by default: a few hundred kernels per (direction, dtype)."""
     c = config
+    if c.family is Family.DIRECT and c.block_k > 1:
+        # Depthwise tap rows, 2D only (3D keeps the general binaries, already far ahead of cuDNN),
+        # 16-byte channel vectors; tiles spill-free on sm_90 (ptxas of triton 3.6).
+        if c.ndim != 2 or c.num_warps != 4 or c.vec != 8 or c.index64 or c.dtype is DType.FP32:
+            return False
+        tile = (c.block_m, c.block_n)
+        if c.direction is Direction.BACKWARD_WEIGHT:
+            # One channel vector per thread and tap (76-119 registers); up to 64 splits, since a
+            # program owns one filter row of a channel block and a 3x3 filter over 144 channels
+            # leaves only 15-27 such pairs for 132 SMs.
+            return tile in ((32, 32), (64, 16)) and c.split_k in (8, 32, 64)
+        # 256x16 (forward): four rows per thread share each weight load (3.2 instead of 3.6
+        # instructions per FMA in the SASS) at 118-126 registers; in backward_data 128x32 with
+        # 8 columns and 256x16 spill.
+        if c.direction is Direction.BACKWARD_DATA:
+            return tile in ((64, 16), (64, 32), (128, 16))
+        return tile in ((64, 16), (64, 32), (128, 16), (128, 32), (256, 16))
     if c.family is Family.DIRECT:
         # Four warps; tiles whose compiled loops are spill-free (ptxas report) and whose
         # instructions per FMA are lowest, plus 32x32 for small problems; 128x64 spills in the
@@ -101,6 +120,8 @@ def _default_rule(config: KernelConfig) -> bool:
             return tile == (64, 16) and c.vec == 1 and c.split_k in (1, 8)
         if c.vec == 1 or c.dtype is DType.FP32:
             return tile == (64, 32) and c.vec == 1 and (c.dtype is not DType.FP32 or c.split_k in (1, 8))
+        if c.direction is Direction.BACKWARD_DATA:  # the other tiles spill (H200 build of 735ad29)
+            return tile in ((64, 32), (128, 16))
         return tile in ((64, 16), (64, 32), (128, 16), (128, 32), (64, 64), (32, 32))
     if c.group_m != 8 or c.split_k not in (1, 4, 16):
         return False
@@ -119,7 +140,9 @@ def _default_rule(config: KernelConfig) -> bool:
         return c.family is Family.IGEMM and tile == fallback and c.vec == 1 and c.split_k in (1, 4)
     v1_tiles = ((64, 32, 32), (64, 64, 32), (128, 64, 32))
     if c.dtype is DType.FP32:  # fp32 runs on exact (non-tf32) dots: correctness, not speed
-        return c.family is Family.IGEMM and tile in v1_tiles[:2] and c.vec == 1 and c.split_k in (1, 4)
+        # (64x64x32 spills in the backward-weight loop: 8 bytes of stack, ptxas of CUDA 13.0)
+        fp32_tiles = v1_tiles[:1] if c.direction is Direction.BACKWARD_WEIGHT else v1_tiles[:2]
+        return c.family is Family.IGEMM and tile in fp32_tiles and c.vec == 1 and c.split_k in (1, 4)
     if c.family is Family.GMERGE:
         if c.merge not in (2, 4, 8, 16):
             return False
@@ -134,6 +157,11 @@ def _default_rule(config: KernelConfig) -> bool:
         return tile == (128, 64, 64) and c.vec == 8
     if c.vec == 1:
         return tile in v1_tiles
+    if tile in ((128, 256, 64), (256, 128, 64)):
+        # Dense and large-C/G problems: a 64x256 / 128x128 wgmma per warpgroup halves the operand
+        # traffic per FLOP of 128x128 (fwd/bwd_data: 205-255 registers, spill-free; backward-weight
+        # spills 368-432 bytes at these tiles).
+        return c.direction is not Direction.BACKWARD_WEIGHT
     return c.block_m in (64, 128) and c.block_n in (32, 64, 128) and c.block_k in (32, 64)
 
 
@@ -142,7 +170,10 @@ def _tiny_rule(config: KernelConfig) -> bool:
     c = config
     if c.dtype is not DType.BF16 or c.index64:
         return False
-    if c.family is Family.DIRECT:
+    if c.family is Family.DIRECT:  # (+ one depthwise tap-row instance per direction: cheap binaries)
+        if c.block_k > 1:
+            tap_rows = (32, 32) if c.direction is Direction.BACKWARD_WEIGHT else (64, 32)
+            return (c.block_m, c.block_n, c.block_k) == (*tap_rows, 4) and c.split_k in (1, 8)
         return (c.block_m, c.block_n, c.vec) == (64, 32, 1) and c.split_k in (1, 8)
     if c.family is Family.GMERGE:
         return (c.block_m, c.block_n, c.block_k, c.merge) == (64, 32, 32, 4) and c.split_k in (1, 4)

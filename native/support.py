@@ -77,6 +77,13 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
     if config.family is Family.DIRECT and max(cg, kg) > DIRECT_MAX_CHANNELS_PER_GROUP:
         return Support(False, f"in_channels/out_channels: direct is for C/G and K/G <= "
                               f"{DIRECT_MAX_CHANNELS_PER_GROUP}, got {cg}/{kg}")
+    if config.family is Family.DIRECT and config.block_k > 1:  # the depthwise tap-row program
+        if cg != 1 or kg != 1:
+            return Support(False, f"in_channels/out_channels: direct block_k {config.block_k} (tap rows) is for "
+                                  f"depthwise problems (C/G = K/G = 1), got {cg}/{kg}")
+        if problem.filter_size[-1] > config.block_k:
+            return Support(False, f"filter_size: direct block_k {config.block_k} unrolls at most {config.block_k} "
+                                  f"filter columns, got {problem.filter_size[-1]}")
     if config.split_k > 1:
         reduction = problem.batch * math.prod(problem.output_size)
         step = config.block_m if config.family is Family.DIRECT else config.block_k

@@ -35,6 +35,22 @@ channels the compiler can vectorise (16-byte loads with ``vec`` = 8). The genera
 group's channels instead (scalar loads); both are compiled from the config alone, and ``plan``
 picks one per problem.
 
+Depthwise tap rows (configs with ``block_k`` = ``TAPS_W`` = 4 or 8; depthwise problems with a filter
+at most ``TAPS_W`` wide, see support.py) unroll the columns ``tw < F_W`` of each filter row, so the
+loads of a row's taps are independent and issue back to back, and each column is a uniform branch:
+
+* forward / backward_data: the tiling above, with the weights read from a tap-major fp32 copy
+  ``wt[tap, k]`` that a small first launch writes into the workspace. ``W[k, tap]`` has stride
+  ``taps`` between channels, so the binaries above gather it with one scalar load, 64-bit address
+  and conversion per channel and tap (≈ 2 of the 5–7 instructions per FMA in their SASS); from
+  ``wt`` a thread's 8 channels are two 16-byte loads, already fp32.
+* backward_weight: a program owns ``BLOCK_N`` channels, one filter row ``(td, th)`` and one split's
+  chunk of output lines; its tile rows are ``(line, column)`` positions. Each step loads one dY tile
+  and serves every column ``tw`` of the row from it, into ``TAPS_W`` separate fp32 accumulators
+  (X shifted by ``tw·dilation`` columns, the same cache lines in L1), so an FMA costs one X load
+  and conversion instead of a dY and an X load and two conversions; the per-tap sums are
+  ``TAPS_W`` plain column sums at the end. Grid = (channel blocks × filter rows, split_k).
+
 ``INDEX64`` kernels take 64-bit arguments and form element offsets in 64 bits, but assume that
 every single size (batch, each spatial extent, channel totals) is below 2^31, as any tensor that
 fits in memory has: per-row coordinates are then computed in 32 bits from a 64-bit scalar base,
@@ -69,6 +85,8 @@ INSTRUCTIONS_PER_FMA = 5.0
 L2_BANDWIDTH = 5.5e12  # bytes per second
 #: Elements per program of the split-K reduction.
 REDUCE_BLOCK = 1024
+#: Elements per program of the tap-major weight copy (forward / backward-data tap rows).
+TAP_MAJOR_BLOCK = 1024
 
 
 # Gather layout note. The general (non-depthwise) kernels gather each column's group channels and
@@ -130,13 +148,13 @@ def _direct_fwd_kernel(
     if INDEX64:  # every single size is < 2^31: per-row arithmetic stays 32-bit, offsets widen
         s_ow, s_oh, s_od, s_nb = s_ow.to(tl.int32), s_oh.to(tl.int32), s_od.to(tl.int32), s_nb.to(tl.int32)
         rows_left, pid_n = rows_left.to(tl.int32), pid_n.to(tl.int32)
-        IN_D, IN_H, IN_W = IN_D.to(tl.int32), IN_H.to(tl.int32), IN_W.to(tl.int32)
-        OUT_D, OUT_H, OUT_W = OUT_D.to(tl.int32), OUT_H.to(tl.int32), OUT_W.to(tl.int32)
-        F_D, F_H, F_W = F_D.to(tl.int32), F_H.to(tl.int32), F_W.to(tl.int32)
-        STR_D, STR_H, STR_W = STR_D.to(tl.int32), STR_H.to(tl.int32), STR_W.to(tl.int32)
-        DIL_D, DIL_H, DIL_W = DIL_D.to(tl.int32), DIL_H.to(tl.int32), DIL_W.to(tl.int32)
-        PAD_D, PAD_H, PAD_W = PAD_D.to(tl.int32), PAD_H.to(tl.int32), PAD_W.to(tl.int32)
-        CG, KG = CG.to(tl.int32), KG.to(tl.int32)
+        IN_D, IN_H, IN_W = tl.cast(IN_D, tl.int32), tl.cast(IN_H, tl.int32), tl.cast(IN_W, tl.int32)
+        OUT_D, OUT_H, OUT_W = tl.cast(OUT_D, tl.int32), tl.cast(OUT_H, tl.int32), tl.cast(OUT_W, tl.int32)
+        F_D, F_H, F_W = tl.cast(F_D, tl.int32), tl.cast(F_H, tl.int32), tl.cast(F_W, tl.int32)
+        STR_D, STR_H, STR_W = tl.cast(STR_D, tl.int32), tl.cast(STR_H, tl.int32), tl.cast(STR_W, tl.int32)
+        DIL_D, DIL_H, DIL_W = tl.cast(DIL_D, tl.int32), tl.cast(DIL_H, tl.int32), tl.cast(DIL_W, tl.int32)
+        PAD_D, PAD_H, PAD_W = tl.cast(PAD_D, tl.int32), tl.cast(PAD_H, tl.int32), tl.cast(PAD_W, tl.int32)
+        CG, KG = tl.cast(CG, tl.int32), tl.cast(KG, tl.int32)
 
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < K_TOTAL
@@ -211,6 +229,135 @@ def _direct_fwd_kernel(
 
 
 @triton.jit
+def _weights_tap_major_kernel(w_ptr, wt_ptr, K_TOTAL, TAPS, BLOCK: tl.constexpr):
+    """``wt[tap, k] = fp32(W[k, tap])`` for depthwise W (C/G = 1): one channel vector per tap becomes
+    one contiguous run (16-byte loads instead of a gather with stride ``taps``), already widened."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < K_TOTAL * TAPS
+    k = offs // TAPS
+    tap = offs - k * TAPS
+    value = tl.load(w_ptr + offs, mask=ok, other=0.0)
+    tl.store(wt_ptr + (tap * K_TOTAL + k), _f32(value), mask=ok)
+
+
+@triton.jit
+def _fwd_rows_tap(acc, x_ptr, x_dh, x_off, base_w, ok_dh, wt_ptr, w_tap, cols,
+                  tw: tl.constexpr, F_W, DIL_W, IN_W, C_TOTAL):
+    """acc += X shifted by filter column tw · wt[tap]; a uniform branch skips columns past F_W."""
+    if tw < F_W:
+        i_w = base_w + tw * DIL_W
+        # 0 ≤ i_w < IN_W as one unsigned compare (a negative i_w wraps past any size < 2^31).
+        ok = ok_dh & (i_w.to(tl.uint32, bitcast=True) < IN_W.to(tl.uint32))
+        xv = tl.load(x_ptr + (x_dh + tw * DIL_W * C_TOTAL) + x_off, mask=ok, other=0.0)
+        wv = tl.load(wt_ptr + (w_tap + tw) * C_TOTAL + cols)  # unmasked: see _rows_programs
+        acc += _f32(xv) * wv[None, :]
+    return acc
+
+
+@triton.jit
+def _direct_fwd_rows_kernel(
+    x_ptr, wt_ptr, y_ptr,
+    BATCH, GROUPS, CG, KG, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W,
+    F_D, F_H, F_W, STR_D, STR_H, STR_W, DIL_D, DIL_H, DIL_W, PAD_D, PAD_H, PAD_W,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PASS_M: tl.constexpr, TAPS_W: tl.constexpr,
+    VEC: tl.constexpr, INDEX64: tl.constexpr,
+):
+    """Depthwise forward by filter rows: ``Y[n,o,k] = Σ_{td,th} Σ_{tw<F_W} X[n, i(o,t), k] · wt[t, k]``.
+
+    As the depthwise binary of the forward kernel (same tiling and row passes), but the filter
+    columns of a row are unrolled (``F_W ≤ TAPS_W``), so the loads of a row's taps are
+    independent and issue together, and the weights come from the tap-major fp32 copy ``wt``
+    (one 16-byte run per 4 channels instead of one scalar load, address and conversion per
+    channel and tap). C/G = K/G = 1, so C_TOTAL = K_TOTAL.
+    """
+    K_TOTAL = GROUPS * KG
+    if VEC == 8:  # lets the compiler prove 16-byte alignment of every position's channel run
+        K_TOTAL = (K_TOTAL // 8) * 8
+    C_TOTAL = K_TOTAL
+    M = BATCH * OUT_D * OUT_H * OUT_W
+    step_h = DIL_H * IN_W * C_TOTAL
+    step_d = DIL_D * IN_H * IN_W * C_TOTAL
+
+    pid = tl.program_id(0)
+    if INDEX64:
+        pid = pid.to(tl.int64)
+    num_n = tl.cdiv(K_TOTAL, BLOCK_N)
+    pid_n = pid % num_n
+    pid_m = pid // num_n
+    row0 = pid_m * BLOCK_M
+    s_ow = row0 % OUT_W
+    s_t = row0 // OUT_W
+    s_oh = s_t % OUT_H
+    s_t = s_t // OUT_H
+    s_od = s_t % OUT_D
+    s_nb = s_t // OUT_D
+    rows_left = tl.minimum(M - row0, BLOCK_M)
+    if INDEX64:  # every single size is < 2^31: per-row arithmetic stays 32-bit, offsets widen
+        s_ow, s_oh, s_od, s_nb = s_ow.to(tl.int32), s_oh.to(tl.int32), s_od.to(tl.int32), s_nb.to(tl.int32)
+        rows_left, pid_n = rows_left.to(tl.int32), pid_n.to(tl.int32)
+        IN_D, IN_H, IN_W = tl.cast(IN_D, tl.int32), tl.cast(IN_H, tl.int32), tl.cast(IN_W, tl.int32)
+        OUT_D, OUT_H, OUT_W = tl.cast(OUT_D, tl.int32), tl.cast(OUT_H, tl.int32), tl.cast(OUT_W, tl.int32)
+        F_D, F_H, F_W = tl.cast(F_D, tl.int32), tl.cast(F_H, tl.int32), tl.cast(F_W, tl.int32)
+        STR_D, STR_H, STR_W = tl.cast(STR_D, tl.int32), tl.cast(STR_H, tl.int32), tl.cast(STR_W, tl.int32)
+        DIL_D, DIL_H, DIL_W = tl.cast(DIL_D, tl.int32), tl.cast(DIL_H, tl.int32), tl.cast(DIL_W, tl.int32)
+        PAD_D, PAD_H, PAD_W = tl.cast(PAD_D, tl.int32), tl.cast(PAD_H, tl.int32), tl.cast(PAD_W, tl.int32)
+
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < K_TOTAL
+
+    for sub in tl.static_range(BLOCK_M // PASS_M):  # passes as in the forward kernel
+        r = sub * PASS_M + tl.arange(0, PASS_M)
+        row_ok = r < rows_left
+        w_lin = s_ow + r
+        ow = w_lin % OUT_W
+        h_lin = s_oh + w_lin // OUT_W
+        oh = h_lin % OUT_H
+        d_lin = s_od + h_lin // OUT_H
+        od = d_lin % OUT_D
+        nb = s_nb + d_lin // OUT_D
+        base_w = ow * STR_W - PAD_W
+        base_h = oh * STR_H - PAD_H
+        base_d = tl.where(row_ok, od * STR_D - PAD_D, IN_D)  # rows past M fail the depth test
+        if INDEX64:
+            nb = nb.to(tl.int64)
+        x_base = (((nb * IN_D + base_d) * IN_H + base_h) * IN_W + base_w) * C_TOTAL
+        x_off = x_base[:, None] + cols[None, :]
+        col_mask = col_ok[None, :]
+
+        acc = tl.zeros((PASS_M, BLOCK_N), dtype=tl.float32)
+        for td in tl.range(0, F_D):
+            i_d = base_d + td * DIL_D
+            ok_d = (i_d >= 0) & (i_d < IN_D)
+            for th in tl.range(0, F_H):
+                i_h = base_h + th * DIL_H
+                ok_dh = (ok_d & (i_h >= 0) & (i_h < IN_H))[:, None] & col_mask
+                x_dh = td * step_d + th * step_h
+                w_tap = (td * F_H + th) * F_W
+                bw = base_w[:, None]
+                acc = _fwd_rows_tap(acc, x_ptr, x_dh, x_off, bw, ok_dh, wt_ptr, w_tap, cols, 0,
+                                    F_W, DIL_W, IN_W, C_TOTAL)
+                acc = _fwd_rows_tap(acc, x_ptr, x_dh, x_off, bw, ok_dh, wt_ptr, w_tap, cols, 1,
+                                    F_W, DIL_W, IN_W, C_TOTAL)
+                acc = _fwd_rows_tap(acc, x_ptr, x_dh, x_off, bw, ok_dh, wt_ptr, w_tap, cols, 2,
+                                    F_W, DIL_W, IN_W, C_TOTAL)
+                acc = _fwd_rows_tap(acc, x_ptr, x_dh, x_off, bw, ok_dh, wt_ptr, w_tap, cols, 3,
+                                    F_W, DIL_W, IN_W, C_TOTAL)
+                if TAPS_W > 4:
+                    acc = _fwd_rows_tap(acc, x_ptr, x_dh, x_off, bw, ok_dh, wt_ptr, w_tap, cols, 4,
+                                        F_W, DIL_W, IN_W, C_TOTAL)
+                    acc = _fwd_rows_tap(acc, x_ptr, x_dh, x_off, bw, ok_dh, wt_ptr, w_tap, cols, 5,
+                                        F_W, DIL_W, IN_W, C_TOTAL)
+                    acc = _fwd_rows_tap(acc, x_ptr, x_dh, x_off, bw, ok_dh, wt_ptr, w_tap, cols, 6,
+                                        F_W, DIL_W, IN_W, C_TOTAL)
+                    acc = _fwd_rows_tap(acc, x_ptr, x_dh, x_off, bw, ok_dh, wt_ptr, w_tap, cols, 7,
+                                        F_W, DIL_W, IN_W, C_TOTAL)
+
+        rows = row0 + r
+        y_off = (rows * K_TOTAL)[:, None] + cols[None, :]
+        tl.store(y_ptr + y_off, acc.to(y_ptr.dtype.element_ty), mask=(rows < M)[:, None] & col_ok[None, :])
+
+
+@triton.jit
 def _direct_bwd_data_kernel(
     dy_ptr, w_ptr, dx_ptr,
     BATCH, GROUPS, CG, KG, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W,
@@ -248,13 +395,13 @@ def _direct_bwd_data_kernel(
         s_jw, s_jh, s_jd, s_nb = s_jw.to(tl.int32), s_jh.to(tl.int32), s_jd.to(tl.int32), s_nb.to(tl.int32)
         rows_left, pid_n = rows_left.to(tl.int32), pid_n.to(tl.int32)
         cnt_w, cnt_h, cnt_d = cnt_w.to(tl.int32), cnt_h.to(tl.int32), cnt_d.to(tl.int32)
-        IN_D, IN_H, IN_W = IN_D.to(tl.int32), IN_H.to(tl.int32), IN_W.to(tl.int32)
-        OUT_D, OUT_H, OUT_W = OUT_D.to(tl.int32), OUT_H.to(tl.int32), OUT_W.to(tl.int32)
-        F_D, F_H, F_W = F_D.to(tl.int32), F_H.to(tl.int32), F_W.to(tl.int32)
-        STR_D, STR_H, STR_W = STR_D.to(tl.int32), STR_H.to(tl.int32), STR_W.to(tl.int32)
-        DIL_D, DIL_H, DIL_W = DIL_D.to(tl.int32), DIL_H.to(tl.int32), DIL_W.to(tl.int32)
-        PAD_D, PAD_H, PAD_W = PAD_D.to(tl.int32), PAD_H.to(tl.int32), PAD_W.to(tl.int32)
-        CG, KG = CG.to(tl.int32), KG.to(tl.int32)
+        IN_D, IN_H, IN_W = tl.cast(IN_D, tl.int32), tl.cast(IN_H, tl.int32), tl.cast(IN_W, tl.int32)
+        OUT_D, OUT_H, OUT_W = tl.cast(OUT_D, tl.int32), tl.cast(OUT_H, tl.int32), tl.cast(OUT_W, tl.int32)
+        F_D, F_H, F_W = tl.cast(F_D, tl.int32), tl.cast(F_H, tl.int32), tl.cast(F_W, tl.int32)
+        STR_D, STR_H, STR_W = tl.cast(STR_D, tl.int32), tl.cast(STR_H, tl.int32), tl.cast(STR_W, tl.int32)
+        DIL_D, DIL_H, DIL_W = tl.cast(DIL_D, tl.int32), tl.cast(DIL_H, tl.int32), tl.cast(DIL_W, tl.int32)
+        PAD_D, PAD_H, PAD_W = tl.cast(PAD_D, tl.int32), tl.cast(PAD_H, tl.int32), tl.cast(PAD_W, tl.int32)
+        CG, KG = tl.cast(CG, tl.int32), tl.cast(KG, tl.int32)
 
     # Residue class of this program: (i + pad) ≡ r (mod stride) per dimension. first = the
     # smallest input index of the class, q0 = (first + pad − r) / stride ≥ 0; all non-negative,
@@ -344,6 +491,158 @@ def _direct_bwd_data_kernel(
 
 
 @triton.jit
+def _bwd_data_rows_tap(acc, a_w, dy_ptr, dy_dh, dy_off, q_w, ok_dh, wt_ptr, w_tap, cols, use_bits, a_step,
+                       tw: tl.constexpr, OUT_W, C_TOTAL):
+    """For filter column tw, if it is in the filter and in this residue class (bit tw of
+    ``use_bits``): acc += dY at o_w = q_w − a_w · wt[tap], then a_w moves on to the class's next
+    column. The class's columns are evenly spaced, so a_w = tw·dilation // stride grows by a fixed
+    ``a_step``: no division per tap (a per-column table of shifts would spill)."""
+    if ((use_bits >> tw) & 1) != 0:
+        o_w = q_w - a_w
+        # 0 ≤ o_w < OUT_W as one unsigned compare (a negative o_w wraps past any size < 2^31).
+        ok = ok_dh & (o_w.to(tl.uint32, bitcast=True) < OUT_W.to(tl.uint32))
+        dyv = tl.load(dy_ptr + (dy_dh - a_w * C_TOTAL) + dy_off, mask=ok, other=0.0)
+        wv = tl.load(wt_ptr + (w_tap + tw) * C_TOTAL + cols)  # unmasked: see _tap_major_elements
+        acc += _f32(dyv) * wv[None, :]
+        a_w += a_step
+    return acc, a_w
+
+
+@triton.jit
+def _direct_bwd_data_rows_kernel(
+    dy_ptr, wt_ptr, dx_ptr,
+    BATCH, GROUPS, CG, KG, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W,
+    F_D, F_H, F_W, STR_D, STR_H, STR_W, DIL_D, DIL_H, DIL_W, PAD_D, PAD_H, PAD_W,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PASS_M: tl.constexpr, TAPS_W: tl.constexpr,
+    VEC: tl.constexpr, INDEX64: tl.constexpr,
+):
+    """Depthwise backward-data by filter rows: ``dX[n,i,j] = Σ_t dY[n, o(i,t), j] · wt[t, j]`` over
+    the taps with ``o = (i + pad_begin − t·dilation) / stride`` integral and in range.
+
+    As the depthwise binary of the backward-data kernel (residue classes on grid axis 1, same
+    tiling and row passes), with the filter columns of a row unrolled (``F_W ≤ TAPS_W``) and the
+    weights read from the tap-major fp32 copy ``wt`` (see :func:`_direct_fwd_rows_kernel`).
+    """
+    C_TOTAL = GROUPS * CG
+    if VEC == 8:
+        C_TOTAL = (C_TOTAL // 8) * 8
+    cnt_w = tl.cdiv(IN_W, STR_W)
+    cnt_h = tl.cdiv(IN_H, STR_H)
+    cnt_d = tl.cdiv(IN_D, STR_D)
+    M = BATCH * cnt_d * cnt_h * cnt_w
+
+    pid = tl.program_id(0)
+    if INDEX64:
+        pid = pid.to(tl.int64)
+    num_n = tl.cdiv(C_TOTAL, BLOCK_N)
+    pid_n = pid % num_n
+    pid_m = pid // num_n
+    row0 = pid_m * BLOCK_M
+    s_jw = row0 % cnt_w
+    s_t = row0 // cnt_w
+    s_jh = s_t % cnt_h
+    s_t = s_t // cnt_h
+    s_jd = s_t % cnt_d
+    s_nb = s_t // cnt_d
+    rows_left = tl.minimum(M - row0, BLOCK_M)
+    if INDEX64:  # every single size is < 2^31: per-row arithmetic stays 32-bit, offsets widen
+        s_jw, s_jh, s_jd, s_nb = s_jw.to(tl.int32), s_jh.to(tl.int32), s_jd.to(tl.int32), s_nb.to(tl.int32)
+        rows_left, pid_n = rows_left.to(tl.int32), pid_n.to(tl.int32)
+        cnt_w, cnt_h, cnt_d = cnt_w.to(tl.int32), cnt_h.to(tl.int32), cnt_d.to(tl.int32)
+        IN_D, IN_H, IN_W = tl.cast(IN_D, tl.int32), tl.cast(IN_H, tl.int32), tl.cast(IN_W, tl.int32)
+        OUT_D, OUT_H, OUT_W = tl.cast(OUT_D, tl.int32), tl.cast(OUT_H, tl.int32), tl.cast(OUT_W, tl.int32)
+        F_D, F_H, F_W = tl.cast(F_D, tl.int32), tl.cast(F_H, tl.int32), tl.cast(F_W, tl.int32)
+        STR_D, STR_H, STR_W = tl.cast(STR_D, tl.int32), tl.cast(STR_H, tl.int32), tl.cast(STR_W, tl.int32)
+        DIL_D, DIL_H, DIL_W = tl.cast(DIL_D, tl.int32), tl.cast(DIL_H, tl.int32), tl.cast(DIL_W, tl.int32)
+        PAD_D, PAD_H, PAD_W = tl.cast(PAD_D, tl.int32), tl.cast(PAD_H, tl.int32), tl.cast(PAD_W, tl.int32)
+
+    cls = tl.program_id(1)
+    r_w = cls % STR_W
+    r_h = (cls // STR_W) % STR_H
+    r_d = cls // (STR_W * STR_H)
+    first_w = (r_w + STR_W - PAD_W % STR_W) % STR_W
+    first_h = (r_h + STR_H - PAD_H % STR_H) % STR_H
+    first_d = (r_d + STR_D - PAD_D % STR_D) % STR_D
+
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < C_TOTAL
+    # Filter columns of this residue class (bit mask), the dY column shift a_w = tw·dilation //
+    # stride of the first and its step to the next, once per program.
+    use_bits = r_w * 0
+    a_first = r_w * 0
+    a_second = r_w * 0
+    found = r_w * 0
+    for tw in tl.static_range(TAPS_W):
+        valid = (tw < F_W) & ((tw * DIL_W) % STR_W == r_w)
+        shift = (tw * DIL_W) // STR_W
+        a_second = tl.where(valid & (found == 1), shift, a_second)
+        a_first = tl.where(valid & (found == 0), shift, a_first)
+        found += valid.to(found.dtype)
+        use_bits = use_bits | (valid.to(found.dtype) << tw)
+    a_step = a_second - a_first
+
+    for sub in tl.static_range(BLOCK_M // PASS_M):  # passes as in the forward kernel
+        r = sub * PASS_M + tl.arange(0, PASS_M)
+        w_lin = s_jw + r
+        jw = w_lin % cnt_w
+        h_lin = s_jh + w_lin // cnt_w
+        jh = h_lin % cnt_h
+        d_lin = s_jd + h_lin // cnt_h
+        jd = d_lin % cnt_d
+        nb = s_nb + d_lin // cnt_d
+        i_w = first_w + jw * STR_W
+        i_h = first_h + jh * STR_H
+        i_d = first_d + jd * STR_D
+        row_ok = (r < rows_left) & (i_w < IN_W) & (i_h < IN_H) & (i_d < IN_D)
+        # Shifted by the class's first column shift, so the tap chain's a_w starts at 0 (one
+        # register less across the loops: the 8-column binaries spilled one without it).
+        q_w = (first_w + PAD_W - r_w) // STR_W + jw - a_first
+        q_h = (first_h + PAD_H - r_h) // STR_H + jh
+        q_d = tl.where(row_ok, (first_d + PAD_D - r_d) // STR_D + jd, -1)  # masked rows fail o_d >= 0
+        if INDEX64:
+            nb = nb.to(tl.int64)
+        dx_off = ((((nb * IN_D + i_d) * IN_H + i_h) * IN_W + i_w) * C_TOTAL)[:, None] + cols[None, :]
+        y_base = (((nb * OUT_D + q_d) * OUT_H + q_h) * OUT_W + q_w) * C_TOTAL
+        dy_off = y_base[:, None] + cols[None, :]
+        col_mask = col_ok[None, :]
+        qw = q_w[:, None]
+
+        acc = tl.zeros((PASS_M, BLOCK_N), dtype=tl.float32)
+        for td in tl.range(0, F_D):
+            if (td * DIL_D) % STR_D == r_d:
+                a_d = (td * DIL_D) // STR_D
+                o_d = q_d - a_d
+                ok_d = (o_d >= 0) & (o_d < OUT_D)
+                for th in tl.range(0, F_H):
+                    if (th * DIL_H) % STR_H == r_h:
+                        a_h = (th * DIL_H) // STR_H
+                        o_h = q_h - a_h
+                        ok_dh = (ok_d & (o_h >= 0) & (o_h < OUT_H))[:, None] & col_mask
+                        dy_dh = -((a_d * OUT_H + a_h) * OUT_W) * C_TOTAL
+                        w_tap = (td * F_H + th) * F_W
+                        a_w = a_step * 0
+                        acc, a_w = _bwd_data_rows_tap(acc, a_w, dy_ptr, dy_dh, dy_off, qw, ok_dh, wt_ptr, w_tap,
+                                                      cols, use_bits, a_step, 0, OUT_W, C_TOTAL)
+                        acc, a_w = _bwd_data_rows_tap(acc, a_w, dy_ptr, dy_dh, dy_off, qw, ok_dh, wt_ptr, w_tap,
+                                                      cols, use_bits, a_step, 1, OUT_W, C_TOTAL)
+                        acc, a_w = _bwd_data_rows_tap(acc, a_w, dy_ptr, dy_dh, dy_off, qw, ok_dh, wt_ptr, w_tap,
+                                                      cols, use_bits, a_step, 2, OUT_W, C_TOTAL)
+                        acc, a_w = _bwd_data_rows_tap(acc, a_w, dy_ptr, dy_dh, dy_off, qw, ok_dh, wt_ptr, w_tap,
+                                                      cols, use_bits, a_step, 3, OUT_W, C_TOTAL)
+                        if TAPS_W > 4:
+                            acc, a_w = _bwd_data_rows_tap(acc, a_w, dy_ptr, dy_dh, dy_off, qw, ok_dh, wt_ptr, w_tap,
+                                                          cols, use_bits, a_step, 4, OUT_W, C_TOTAL)
+                            acc, a_w = _bwd_data_rows_tap(acc, a_w, dy_ptr, dy_dh, dy_off, qw, ok_dh, wt_ptr, w_tap,
+                                                          cols, use_bits, a_step, 5, OUT_W, C_TOTAL)
+                            acc, a_w = _bwd_data_rows_tap(acc, a_w, dy_ptr, dy_dh, dy_off, qw, ok_dh, wt_ptr, w_tap,
+                                                          cols, use_bits, a_step, 6, OUT_W, C_TOTAL)
+                            acc, a_w = _bwd_data_rows_tap(acc, a_w, dy_ptr, dy_dh, dy_off, qw, ok_dh, wt_ptr, w_tap,
+                                                          cols, use_bits, a_step, 7, OUT_W, C_TOTAL)
+
+        tl.store(dx_ptr + dx_off, acc.to(dx_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
+
+
+@triton.jit
 def _direct_bwd_weight_kernel(
     x_ptr, dy_ptr, out_ptr,
     BATCH, GROUPS, CG, KG, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W,
@@ -369,14 +668,15 @@ def _direct_bwd_weight_kernel(
     nb0 = line_begin // (OUT_H * OUT_D)
     if INDEX64:  # every single size is < 2^31: per-row arithmetic stays 32-bit, offsets widen
         oh0, od0, nb0 = oh0.to(tl.int32), od0.to(tl.int32), nb0.to(tl.int32)
-        TAP_BLOCK, LINE_BLOCK, ROW_WIDTH = TAP_BLOCK.to(tl.int32), LINE_BLOCK.to(tl.int32), ROW_WIDTH.to(tl.int32)
-        IN_D, IN_H, IN_W = IN_D.to(tl.int32), IN_H.to(tl.int32), IN_W.to(tl.int32)
-        OUT_D, OUT_H, OUT_W = OUT_D.to(tl.int32), OUT_H.to(tl.int32), OUT_W.to(tl.int32)
-        F_D, F_H, F_W = F_D.to(tl.int32), F_H.to(tl.int32), F_W.to(tl.int32)
-        STR_D, STR_H, STR_W = STR_D.to(tl.int32), STR_H.to(tl.int32), STR_W.to(tl.int32)
-        DIL_D, DIL_H, DIL_W = DIL_D.to(tl.int32), DIL_H.to(tl.int32), DIL_W.to(tl.int32)
-        PAD_D, PAD_H, PAD_W = PAD_D.to(tl.int32), PAD_H.to(tl.int32), PAD_W.to(tl.int32)
-        CG, KG = CG.to(tl.int32), KG.to(tl.int32)
+        TAP_BLOCK, LINE_BLOCK = tl.cast(TAP_BLOCK, tl.int32), tl.cast(LINE_BLOCK, tl.int32)
+        ROW_WIDTH = tl.cast(ROW_WIDTH, tl.int32)
+        IN_D, IN_H, IN_W = tl.cast(IN_D, tl.int32), tl.cast(IN_H, tl.int32), tl.cast(IN_W, tl.int32)
+        OUT_D, OUT_H, OUT_W = tl.cast(OUT_D, tl.int32), tl.cast(OUT_H, tl.int32), tl.cast(OUT_W, tl.int32)
+        F_D, F_H, F_W = tl.cast(F_D, tl.int32), tl.cast(F_H, tl.int32), tl.cast(F_W, tl.int32)
+        STR_D, STR_H, STR_W = tl.cast(STR_D, tl.int32), tl.cast(STR_H, tl.int32), tl.cast(STR_W, tl.int32)
+        DIL_D, DIL_H, DIL_W = tl.cast(DIL_D, tl.int32), tl.cast(DIL_H, tl.int32), tl.cast(DIL_W, tl.int32)
+        PAD_D, PAD_H, PAD_W = tl.cast(PAD_D, tl.int32), tl.cast(PAD_H, tl.int32), tl.cast(PAD_W, tl.int32)
+        CG, KG = tl.cast(CG, tl.int32), tl.cast(KG, tl.int32)
 
     # Axis 0: (channel block, c, tap block) with the tap block fastest, so the programs that read
     # the same dY window run together; axis 1: the split, i.e. the chunk of output lines.
@@ -469,6 +769,150 @@ def _direct_bwd_weight_kernel(
 
 
 @triton.jit
+def _rows_tap(acc, dyv, x_ptr, x_at, x_off, i_w0, ok, tw: tl.constexpr, F_W, DIL_W, IN_W, C_TOTAL):
+    """acc += dY · X shifted by filter column tw (skipped, a uniform branch, past the filter)."""
+    if tw < F_W:
+        i_w = i_w0 + tw * DIL_W
+        # 0 ≤ i_w < IN_W as one unsigned compare (a negative i_w wraps past any size < 2^31).
+        x_ok = ok & (i_w.to(tl.uint32, bitcast=True) < IN_W.to(tl.uint32))
+        xv = tl.load(x_ptr + (x_at + tw * DIL_W * C_TOTAL) + x_off, mask=x_ok, other=0.0)
+        acc += dyv * _f32(xv)
+    return acc
+
+
+@triton.jit
+def _direct_bwd_weight_rows_kernel(
+    x_ptr, dy_ptr, out_ptr,
+    BATCH, GROUPS, CG, KG, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W,
+    F_D, F_H, F_W, STR_D, STR_H, STR_W, DIL_D, DIL_H, DIL_W, PAD_D, PAD_H, PAD_W,
+    TAP_BLOCK, LINE_BLOCK, ROW_WIDTH, LINES_PER_SPLIT,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TAPS_W: tl.constexpr, SPLIT_K: tl.constexpr,
+    VEC: tl.constexpr, INDEX64: tl.constexpr,
+):
+    """Depthwise backward-weight by filter rows: ``dW[k, (td, th, tw)] = Σ_{n,o} dY[n,o,k] · X[n, i(o,t), k]``.
+
+    A program owns ``BLOCK_N`` channels, one filter row ``(td, th)`` and one split's chunk of output
+    lines; its ``BLOCK_M`` tile rows are ``(line, column)`` pairs (``LINE_BLOCK`` × ``ROW_WIDTH``).
+    Each step loads a dY tile once and serves all ``F_W ≤ TAPS_W`` taps of the row from it: tap
+    ``tw`` reads the X tile shifted by ``tw·dilation`` columns (the same cache lines, L1) into its
+    own fp32 accumulator. Per FMA that is one X load/convert (the tap-block program loads and
+    converts dY and X for every FMA), and the per-tap sums run once per program over plain tiles.
+    ``TAP_BLOCK`` is unused (kept so the parameters match the tap-block program).
+    """
+    C_TOTAL = GROUPS * CG
+    K_TOTAL = GROUPS * KG
+    if VEC == 8:
+        C_TOTAL = (C_TOTAL // 8) * 8
+        K_TOTAL = (K_TOTAL // 8) * 8
+    taps = F_D * F_H * F_W
+    weight_elements = K_TOTAL * taps
+    lines = BATCH * OUT_D * OUT_H
+    split = tl.program_id(1)
+    line_begin = split * LINES_PER_SPLIT
+    line_end = tl.minimum(line_begin + LINES_PER_SPLIT, lines)
+    oh0 = line_begin % OUT_H
+    od0 = (line_begin // OUT_H) % OUT_D
+    nb0 = line_begin // (OUT_H * OUT_D)
+    if INDEX64:  # every single size is < 2^31: per-row arithmetic stays 32-bit, offsets widen
+        oh0, od0, nb0 = oh0.to(tl.int32), od0.to(tl.int32), nb0.to(tl.int32)
+        LINE_BLOCK, ROW_WIDTH = tl.cast(LINE_BLOCK, tl.int32), tl.cast(ROW_WIDTH, tl.int32)
+        IN_D, IN_H, IN_W = tl.cast(IN_D, tl.int32), tl.cast(IN_H, tl.int32), tl.cast(IN_W, tl.int32)
+        OUT_D, OUT_H, OUT_W = tl.cast(OUT_D, tl.int32), tl.cast(OUT_H, tl.int32), tl.cast(OUT_W, tl.int32)
+        F_D, F_H, F_W = tl.cast(F_D, tl.int32), tl.cast(F_H, tl.int32), tl.cast(F_W, tl.int32)
+        STR_D, STR_H, STR_W = tl.cast(STR_D, tl.int32), tl.cast(STR_H, tl.int32), tl.cast(STR_W, tl.int32)
+        DIL_D, DIL_H, DIL_W = tl.cast(DIL_D, tl.int32), tl.cast(DIL_H, tl.int32), tl.cast(DIL_W, tl.int32)
+        PAD_D, PAD_H, PAD_W = tl.cast(PAD_D, tl.int32), tl.cast(PAD_H, tl.int32), tl.cast(PAD_W, tl.int32)
+
+    # Axis 0: (channel block, filter row) with the row fastest, so the programs that read the
+    # same dY lines run together; axis 1: the split.
+    pid = tl.program_id(0)
+    frows = F_D * F_H
+    frow = pid % frows
+    pid_n = pid // frows
+    th = frow % F_H
+    td = frow // F_H
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < K_TOTAL
+
+    r = tl.arange(0, BLOCK_M)
+    lb = r // ROW_WIDTH
+    wb = r - lb * ROW_WIDTH
+    off_h = th * DIL_H - PAD_H
+    off_d = td * DIL_D - PAD_D
+    w_first = wb * STR_W - PAD_W  # input column of tap 0 at a line's first step
+    ow_step = ROW_WIDTH * STR_W
+
+    acc0 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc1 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc3 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if TAPS_W > 4:
+        acc4 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc5 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc6 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc7 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for line0 in tl.range(line_begin, line_end, LINE_BLOCK):
+        # plan keeps LINE_BLOCK ≤ OUT_H, so lb carries into od (and od into n) at most once.
+        oh = oh0 + lb
+        carry = oh >= OUT_H
+        oh = tl.where(carry, oh - OUT_H, oh)
+        od = od0 + carry.to(od0.dtype)
+        carry = od >= OUT_D
+        od = tl.where(carry, od - OUT_D, od)
+        nb = nb0 + carry.to(nb0.dtype)
+        i_h = oh * STR_H + off_h
+        i_d = od * STR_D + off_d
+        lines_left = tl.minimum(line_end - line0, LINE_BLOCK).to(lb.dtype)
+        # Rows past LINE_BLOCK·ROW_WIDTH have lb ≥ LINE_BLOCK ≥ lines_left: masked here.
+        ok_line = (lb < lines_left) & (i_h >= 0) & (i_h < IN_H) & (i_d >= 0) & (i_d < IN_D)
+        if INDEX64:
+            nb = nb.to(tl.int64)
+        x_off = ((((nb * IN_D + i_d) * IN_H + i_h) * IN_W + w_first) * C_TOTAL)[:, None] + cols[None, :]
+        dy_off = ((line0 * OUT_W + (lb * OUT_W + wb)) * K_TOTAL)[:, None] + cols[None, :]
+        ow = wb
+        i_w0 = w_first
+        x_at = 0 * C_TOTAL  # in the offsets' integer width
+        dy_at = 0 * K_TOTAL
+        for _ow0 in tl.range(0, OUT_W, ROW_WIDTH):
+            ok = (ok_line & (ow < OUT_W))[:, None] & col_ok[None, :]
+            # dY zero where masked, so the taps need only X's own bounds in their masks.
+            dyv = _f32(tl.load(dy_ptr + dy_at + dy_off, mask=ok, other=0.0))
+            acc0 = _rows_tap(acc0, dyv, x_ptr, x_at, x_off, i_w0[:, None], ok, 0, F_W, DIL_W, IN_W, C_TOTAL)
+            acc1 = _rows_tap(acc1, dyv, x_ptr, x_at, x_off, i_w0[:, None], ok, 1, F_W, DIL_W, IN_W, C_TOTAL)
+            acc2 = _rows_tap(acc2, dyv, x_ptr, x_at, x_off, i_w0[:, None], ok, 2, F_W, DIL_W, IN_W, C_TOTAL)
+            acc3 = _rows_tap(acc3, dyv, x_ptr, x_at, x_off, i_w0[:, None], ok, 3, F_W, DIL_W, IN_W, C_TOTAL)
+            if TAPS_W > 4:
+                acc4 = _rows_tap(acc4, dyv, x_ptr, x_at, x_off, i_w0[:, None], ok, 4, F_W, DIL_W, IN_W, C_TOTAL)
+                acc5 = _rows_tap(acc5, dyv, x_ptr, x_at, x_off, i_w0[:, None], ok, 5, F_W, DIL_W, IN_W, C_TOTAL)
+                acc6 = _rows_tap(acc6, dyv, x_ptr, x_at, x_off, i_w0[:, None], ok, 6, F_W, DIL_W, IN_W, C_TOTAL)
+                acc7 = _rows_tap(acc7, dyv, x_ptr, x_at, x_off, i_w0[:, None], ok, 7, F_W, DIL_W, IN_W, C_TOTAL)
+            ow += ROW_WIDTH
+            i_w0 += ow_step
+            dy_at += ROW_WIDTH * K_TOTAL
+            x_at += ow_step * C_TOTAL
+        oh0 += LINE_BLOCK
+        step_carry = (oh0 >= OUT_H).to(oh0.dtype)
+        oh0 -= step_carry * OUT_H
+        od0 += step_carry
+        step_carry = (od0 >= OUT_D).to(od0.dtype)
+        od0 -= step_carry * OUT_D
+        nb0 += step_carry
+
+    # dW[k, tap] at k·taps + tap (C/G = 1); split-K partials go to workspace[split].
+    out_ptrs = out_ptr + split.to(tl.int64) * weight_elements + (cols * taps + frow * F_W)
+    out_ty = out_ptr.dtype.element_ty
+    tl.store(out_ptrs, tl.sum(acc0, axis=0).to(out_ty), mask=col_ok)
+    tl.store(out_ptrs + 1, tl.sum(acc1, axis=0).to(out_ty), mask=col_ok & (F_W > 1))
+    tl.store(out_ptrs + 2, tl.sum(acc2, axis=0).to(out_ty), mask=col_ok & (F_W > 2))
+    tl.store(out_ptrs + 3, tl.sum(acc3, axis=0).to(out_ty), mask=col_ok & (F_W > 3))
+    if TAPS_W > 4:
+        tl.store(out_ptrs + 4, tl.sum(acc4, axis=0).to(out_ty), mask=col_ok & (F_W > 4))
+        tl.store(out_ptrs + 5, tl.sum(acc5, axis=0).to(out_ty), mask=col_ok & (F_W > 5))
+        tl.store(out_ptrs + 6, tl.sum(acc6, axis=0).to(out_ty), mask=col_ok & (F_W > 6))
+        tl.store(out_ptrs + 7, tl.sum(acc7, axis=0).to(out_ty), mask=col_ok & (F_W > 7))
+
+
+@triton.jit
 def _direct_splitk_reduce_kernel(ws_ptr, dw_ptr, ELEMENTS, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr,
                                  INDEX64: tl.constexpr):
     pid = tl.program_id(0)
@@ -505,10 +949,17 @@ def bwd_weight_tiling(problem: ConvProblem, config: KernelConfig) -> tuple[int, 
     rows idle. Candidates are the filter's own groupings (all taps, one plane, one row, one tap)
     and the blocks that split an output line into equal steps; the pick minimises
     ``max(issue time / useful fraction, L2 time) / min(1, programs / FILL_PROGRAMS)``.
+
+    Tap-row configs (``block_k`` > 1) have no tap block: TAP_BLOCK is 1 and the tile rows are
+    positions, LINE_BLOCK lines of ROW_WIDTH columns as for a one-tap block.
     """
     taps = problem.filter_taps
     out_h, out_w = problem.output_size[-2], problem.output_size[-1]
     block_m = config.block_m
+    lines = problem.batch * _prod(problem.output_size[:-1])
+    if config.block_k > 1:  # tap rows: every tile row is a position; the taps are unrolled
+        line_block, row_width, _ = _row_tiling(1, block_m, out_h, out_w)
+        return 1, line_block, row_width, cdiv(lines, config.split_k)
     fixed = cdiv(problem.out_channels, config.block_n) * problem.c_per_group * config.split_k
     fmas = problem.batch * _prod(problem.output_size) * problem.out_channels * problem.c_per_group * taps
     streamed = (problem.output_elements + problem.input_elements) * problem.dtype.itemsize
@@ -525,7 +976,6 @@ def bwd_weight_tiling(problem: ConvProblem, config: KernelConfig) -> tuple[int, 
         if best is None or cost <= best[0]:  # ties go to the larger block
             best = (cost, tap_block, line_block, row_width)
     _, tap_block, line_block, row_width = best
-    lines = problem.batch * _prod(problem.output_size[:-1])
     return tap_block, line_block, row_width, cdiv(lines, config.split_k)
 
 
@@ -567,6 +1017,33 @@ def _two_programs(fn, config: KernelConfig, types: dict[str, str], constexprs: d
     return out
 
 
+def _rows_programs(fn, config: KernelConfig, types: dict[str, str], constexprs: dict) -> dict[str, Program]:
+    """The tap-row program of the forward / backward-data kernel and the weight transposition
+    that feeds it (its ``w_ptr`` is the fp32 workspace)."""
+    ints = int_type(config)
+    values = {**constexprs, "PASS_M": _pass_rows(config, True), "TAPS_W": config.block_k}
+    rows_types = {("wt_ptr" if name == "w_ptr" else name): kind for name, kind in types.items()}
+    rows_types["wt_ptr"] = "*fp32"
+    weights = {"w_ptr": pointer_type(config.dtype), "wt_ptr": "*fp32", "K_TOTAL": ints, "TAPS": ints}
+    return {"rows": Program(fn, values, rows_types, config.num_warps, config.num_stages),
+            "tap_major": Program(_weights_tap_major_kernel, {"BLOCK": TAP_MAJOR_BLOCK}, weights, 4, 1)}
+
+
+def _tap_major_elements(problem: ConvProblem, config: KernelConfig) -> int:
+    """Workspace of the tap-row programs: the tap-major fp32 weights ``wt[tap, k]`` plus BLOCK_N
+    elements of slack, so that a channel block's weights load unmasked (16-byte vectors; with the
+    clamped or masked column index of the other kernels the compiler proves no contiguity). Columns
+    past the last channel read the next tap's weights or the slack: finite or not, they only reach
+    accumulator columns that are never stored."""
+    return problem.weight_elements + config.block_n if config.block_k > 1 else 0
+
+
+def _tap_major_launch(problem: ConvProblem, weight, workspace) -> Launch:
+    elements = problem.weight_elements
+    return Launch("tap_major", (cdiv(elements, TAP_MAJOR_BLOCK), 1, 1),
+                  (weight, workspace, problem.out_channels, problem.filter_taps))
+
+
 class DirectForward:
     direction = Direction.FORWARD
     families = frozenset({Family.DIRECT})
@@ -577,14 +1054,19 @@ class DirectForward:
         types = {"x_ptr": ptr, "w_ptr": ptr, "y_ptr": ptr, **{name: ints for name in _SIZE_PARAMS}}
         constexprs = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "VEC": config.vec,
                       "INDEX64": config.index64}
+        if config.block_k > 1:  # depthwise tap rows (support.py keeps them to depthwise problems)
+            return _rows_programs(_direct_fwd_rows_kernel, config, types, constexprs)
         return _two_programs(_direct_fwd_kernel, config, types, constexprs)
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
-        return 0
+        return _tap_major_elements(problem, config)
 
     def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
         m = problem.batch * _prod(problem.output_size)
         grid = (cdiv(m, config.block_m) * cdiv(problem.out_channels, config.block_n), 1, 1)
+        if config.block_k > 1:
+            return [_tap_major_launch(problem, second, workspace),
+                    Launch("rows", grid, (first, workspace, out, *_size_args(problem)))]
         program = "depthwise" if _is_depthwise(problem) else "main"
         return [Launch(program, grid, (first, second, out, *_size_args(problem)))]
 
@@ -599,16 +1081,21 @@ class DirectBackwardData:
         types = {"dy_ptr": ptr, "w_ptr": ptr, "dx_ptr": ptr, **{name: ints for name in _SIZE_PARAMS}}
         constexprs = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "VEC": config.vec,
                       "INDEX64": config.index64}
+        if config.block_k > 1:  # depthwise tap rows (support.py keeps them to depthwise problems)
+            return _rows_programs(_direct_bwd_data_rows_kernel, config, types, constexprs)
         return _two_programs(_direct_bwd_data_kernel, config, types, constexprs)
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
-        return 0
+        return _tap_major_elements(problem, config)
 
     def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
         # Positions per residue class (the largest class; smaller ones are masked).
         per_class = problem.batch * _prod(cdiv(i, s) for i, s in zip(problem.input_size, problem.stride))
         grid = (cdiv(per_class, config.block_m) * cdiv(problem.in_channels, config.block_n),
                 _prod(problem.stride), 1)
+        if config.block_k > 1:
+            return [_tap_major_launch(problem, second, workspace),
+                    Launch("rows", grid, (first, workspace, out, *_size_args(problem)))]
         program = "depthwise" if _is_depthwise(problem) else "main"
         return [Launch(program, grid, (first, second, out, *_size_args(problem)))]
 
@@ -625,7 +1112,11 @@ class DirectBackwardWeight:
                  **{name: ints for name in _SIZE_PARAMS + _BWD_WEIGHT_PARAMS}}
         constexprs = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "SPLIT_K": config.split_k,
                       "VEC": config.vec, "INDEX64": config.index64}
-        programs = _two_programs(_direct_bwd_weight_kernel, config, types, constexprs, passes=False)
+        if config.block_k > 1:  # depthwise tap rows: one binary (support.py keeps it to depthwise)
+            programs = {"rows": Program(_direct_bwd_weight_rows_kernel, {**constexprs, "TAPS_W": config.block_k},
+                                        types, config.num_warps, config.num_stages)}
+        else:
+            programs = _two_programs(_direct_bwd_weight_kernel, config, types, constexprs, passes=False)
         if config.split_k > 1:
             programs["reduce"] = Program(
                 _direct_splitk_reduce_kernel,
@@ -644,8 +1135,12 @@ class DirectBackwardWeight:
     def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
         tap_block, line_block, row_width, lines_per_split = self.tiling(problem, config)
         taps = problem.filter_taps
-        axis0 = cdiv(problem.out_channels, config.block_n) * problem.c_per_group * cdiv(taps, tap_block)
-        program = "depthwise" if _is_depthwise(problem) else "main"
+        if config.block_k > 1:  # one program per (channel block, filter row)
+            axis0 = cdiv(problem.out_channels, config.block_n) * (taps // problem.filter_size[-1])
+            program = "rows"
+        else:
+            axis0 = cdiv(problem.out_channels, config.block_n) * problem.c_per_group * cdiv(taps, tap_block)
+            program = "depthwise" if _is_depthwise(problem) else "main"
         target = workspace if config.split_k > 1 else out
         launches = [Launch(program, (axis0, config.split_k, 1),
                            (first, second, target, *_size_args(problem),

@@ -18,6 +18,12 @@ SHAPES_2D = {
                       stride=(1, 1), dilation=(1, 1), pad_begin=(1, 1), pad_end=(1, 1)),
     "dw_multiplier": dict(batch=6, groups=5, in_channels=5, out_channels=10, input_size=(5, 7), filter_size=(5, 3),
                           stride=(2, 2), dilation=(1, 1), pad_begin=(2, 1), pad_end=(2, 1)),
+    # Depthwise with 12 channels (a partial 8-channel block), stride, dilation and asymmetric pads;
+    # 3 output lines per image, so 2-line blocks cross images.
+    "depthwise_odd": dict(batch=3, groups=12, in_channels=12, out_channels=12, input_size=(7, 9), filter_size=(3, 5),
+                          stride=(2, 1), dilation=(1, 2), pad_begin=(1, 3), pad_end=(0, 2)),
+    "depthwise_7x7": dict(batch=3, groups=12, in_channels=12, out_channels=12, input_size=(9, 11),
+                          filter_size=(7, 7), stride=(2, 2), dilation=(1, 1), pad_begin=(3, 2), pad_end=(3, 4)),
     "aligned_1x1": dict(batch=4, groups=2, in_channels=32, out_channels=16, input_size=(4, 5), filter_size=(1, 1),
                         stride=(1, 1), dilation=(1, 1), pad_begin=(0, 0), pad_end=(0, 0)),
     # 4 channels per group: only the merged runs are 8-aligned (gmerge v8); 6 groups leave a
@@ -44,7 +50,7 @@ FAMILY_SHAPES = {
     Family.IGEMM: ("grouped_odd", "stride3", "depthwise"),
     Family.GMERGE: ("grouped_odd", "dw_multiplier", "depthwise", "small_groups"),
     Family.GEMM1X1: ("aligned_1x1",),
-    Family.DIRECT: ("depthwise", "dw_multiplier", "grouped_odd", "stride3"),
+    Family.DIRECT: ("depthwise", "dw_multiplier", "grouped_odd", "stride3", "depthwise_odd", "depthwise_7x7"),
 }
 
 
@@ -54,10 +60,12 @@ def problem(direction: Direction, dtype: DType, ndim: int, label: str) -> ConvPr
 
 
 def small_config(direction: Direction, dtype: DType, ndim: int, family: Family, *, num_warps: int = 4,
-                 split_k: int = 1, merge: int = 2, vec: int = 1, index64: bool = False) -> KernelConfig:
-    """Small tiles, so tiny problems still cover several tiles and the masked edges."""
+                 split_k: int = 1, merge: int = 2, vec: int = 1, index64: bool = False,
+                 taps_w: int = 1) -> KernelConfig:
+    """Small tiles, so tiny problems still cover several tiles and the masked edges. ``taps_w``: the
+    direct block_k (4/8: the depthwise tap-row programs)."""
     if family is Family.DIRECT:
-        return KernelConfig(direction, dtype, ndim, family, 16, 8, 1, num_warps, 1, 1, split_k, 1, vec, index64)
+        return KernelConfig(direction, dtype, ndim, family, 16, 8, taps_w, num_warps, 1, 1, split_k, 1, vec, index64)
     return KernelConfig(direction, dtype, ndim, family, 32, 16, 16, num_warps, 2, 8, split_k,
                         merge if family is Family.GMERGE else 1, vec, index64)
 
@@ -81,6 +89,9 @@ def cases(ndims=(2, 3)):
                         variants = [dict(merge=4)]  # 5 groups: the last block is partial
                     if family is Family.GMERGE and label == "small_groups":
                         variants = [dict(merge=2, vec=8), dict(merge=4, vec=8)]
+                    if family is Family.DIRECT and label.startswith("depthwise"):
+                        # tap rows: 4 columns unrolled where the filter is narrow enough, and 8
+                        variants += [dict(taps_w=8)] + ([dict(taps_w=4)] if label == "depthwise" else [])
                     if direction is Direction.BACKWARD_WEIGHT:
                         variants += [dict(v, split_k=4) for v in variants]
                     for variant in variants:
@@ -123,4 +134,12 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
             for split_k in ((1, 4) if direction is Direction.BACKWARD_WEIGHT else (1,)):
                 for vec in (1, 8):
                     out.append(gpu_config(direction, dtype, ndim, family, num_warps, split_k=split_k, vec=vec))
+    # The depthwise tap-row programs (direct block_k 8: filters up to 8 wide), both split-K paths.
+    tile = (32, 32) if direction is Direction.BACKWARD_WEIGHT else (64, 32)
+    for split_k in ((1, 8) if direction is Direction.BACKWARD_WEIGHT else (1,)):
+        out.append(KernelConfig(direction, dtype, ndim, Family.DIRECT, *tile, 8, 4, 1, 1, split_k, 1, 8))
+    # The large tensor-core tiles (fwd / bwd_data, aligned channels).
+    if direction is not Direction.BACKWARD_WEIGHT:
+        for block_m, block_n in ((128, 256), (256, 128)):
+            out.append(KernelConfig(direction, dtype, ndim, Family.IGEMM, block_m, block_n, 64, 8, 3, 8, 1, 1, 8))
     return out
