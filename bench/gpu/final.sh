@@ -32,7 +32,8 @@ for step in $STEPS; do
              --cache-dir "$REG" --allow-failures > "$WORK/logs/build_default.txt" 2>&1
            grep -v "^\s*\[" "$WORK/logs/build_default.txt" | tail -2; grep "spills:" "$WORK/logs/build_default.txt" | head -5
            cp "$REG/manifest-sm_90.json" "$WORK/logs/registry_manifest_default.json" ;;
-    test) bounded 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_gpu.py tests/service/test_gpu_server.py \
+    test) # shellcheck disable=SC2086
+          bounded 300 python3 -m pytest -q -m gpu -p no:cacheprovider ${GPU_TESTS:-tests/kernels/test_gpu.py tests/service/test_gpu_server.py} \
             > "$WORK/logs/gpu_tests.txt" 2>&1; tail -3 "$WORK/logs/gpu_tests.txt" ;;
     dev) bounded 420 python3 -m tiledispatch.cli bench --problems "$TILEDISPATCH_SHARED_DIR/bench/dev_suite.json" \
            --cache-dir "$REG" --out "$WORK/dev_suite" > "$WORK/logs/bench_dev.txt" 2>&1; tail -2 "$WORK/logs/bench_dev.txt" ;;
