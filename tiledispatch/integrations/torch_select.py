@@ -279,8 +279,8 @@ class KernelSelector:
                             self.predictor.name, self.retry_after_s)
             return
         self._warn_once(code, "tiledispatch: the kernel selection service at %s refused a Select (%s: %s); "
-                        "choosing that kernel locally (trained model or %s fallback)", self._target_text(), code, message,
-                        self.predictor.name)
+                        "choosing that kernel locally (trained model or %s fallback)", self._target_text(), code,
+                        message, self.predictor.name)
 
     def _warn_once(self, kind: str, message: str, *args: Any) -> None:
         with self._lock:
