@@ -14,6 +14,11 @@ the float64 reference, timed inside the worker and reported in ``elapsed_us`` li
 time; the report gives the bandwidth with and without it (bytes moved / wall, and / (wall - kernel)).
 The GPU-less server's in-process CPU-reference Run is measured too.
 
+Beside it, as a separate figure that never stands in for it (``run_shared_memory``), the same Run
+with the inputs in same-host shared memory (``Client.run(..., shared_memory=True)`` against a server
+started with ``--allow-shared-memory``: the inputs skip gRPC, the output still comes back over it).
+Both count the same bytes moved (inputs + output).
+
 Malloc: on this VM every first touch of a 4 KiB page is expensive and glibc maps each block over
 32 MiB afresh, so each copy of a 64 MiB message costs ~5x more than with transparent huge pages.
 By default the servers run, and this script re-runs itself, with
@@ -122,15 +127,16 @@ def _wait_info(client: Client) -> dict:
             time.sleep(0.5)
 
 
-def _measure_run(client: Client) -> dict:
-    """Per-call wall time and reported kernel time of Run on 64 MiB of input."""
+def _measure_run(client: Client, *, shared_memory: bool = False) -> dict:
+    """Per-call wall time and reported kernel time of Run on 64 MiB of input (sent as gRPC bytes, or
+    with ``shared_memory`` through the client's shared-memory segment)."""
     x = np.random.default_rng(0).standard_normal(RUN_SHAPES[0]).astype(np.float16)
     w = np.random.default_rng(1).standard_normal(RUN_SHAPES[1]).astype(np.float16)
-    client.run(RUN_PROBLEM, (x, w))  # warm (the worker's shared memory is sized on the first call)
+    client.run(RUN_PROBLEM, (x, w), shared_memory=shared_memory)  # warm (shared memory is sized on the first call)
     calls = []
     for _ in range(RUN_CALLS):
         start = time.perf_counter()
-        result = client.run(RUN_PROBLEM, (x, w))
+        result = client.run(RUN_PROBLEM, (x, w), shared_memory=shared_memory)
         wall = time.perf_counter() - start
         calls.append({"wall_s": wall, "kernel_s": result.elapsed_us * 1e-6, "executed_on": result.executed_on})
     moved = x.nbytes + w.nbytes + result.output.nbytes
@@ -162,10 +168,12 @@ def measure_once(args: argparse.Namespace) -> dict:
         server.terminate()
         server.wait(timeout=30)
 
-        gpu_server, gpu_target = _start_server("--gpus", "0", "--worker-handler", FAKE_HANDLER)
+        gpu_server, gpu_target = _start_server("--gpus", "0", "--worker-handler", FAKE_HANDLER,
+                                               "--allow-shared-memory")
         with Client(gpu_target, timeout=120) as client:
             gpu_info = _wait_info(client)
             run = _measure_run(client)
+            run_shm = _measure_run(client, shared_memory=True)
         load_after = os.getloadavg()
         report = {
             "machine": {"cpu_count": os.cpu_count(), "python": platform.python_version(),
@@ -179,6 +187,10 @@ def measure_once(args: argparse.Namespace) -> dict:
                                      f"{gpu_info.get('gpu_name')}: the kernel is the float64 reference on the CPU)",
                     "meets_target": {"including_kernel": run["gb_per_s_including_kernel"] >= 1.0,
                                      "excluding_kernel": run["gb_per_s_excluding_kernel"] >= 1.0}},
+            "run_shared_memory": {**run_shm, "inputs": "SEPARATE FIGURE, not gRPC bytes: the inputs in same-host "
+                                                       "POSIX shared memory (Client.run(shared_memory=True), server "
+                                                       "--allow-shared-memory); the output over gRPC",
+                                  "server": "the same server as run"},
             "run_cpu_reference": {**run_cpu, "server": "--gpus none (in-process float64 CPU reference)"},
             "malloc": {"mode": args.malloc, "GLIBC_TUNABLES": os.environ.get("GLIBC_TUNABLES", "")},
             "load_average": {"before": list(load_before), "after": list(load_after)},
@@ -200,6 +212,9 @@ SUMMARY = {  # name: (path into one run's report, target, True when higher is be
     "select_per_second_32_clients": (("select_throughput", "per_second"), 1500.0, True),
     "run_gb_per_s_excluding_kernel": (("run", "gb_per_s_excluding_kernel"), 1.0, True),
     "run_gb_per_s_including_kernel": (("run", "gb_per_s_including_kernel"), 1.0, True),
+    # Not the gRPC figure: same-host shared-memory inputs, reported beside it.
+    "run_shared_memory_gb_per_s_excluding_kernel": (("run_shared_memory", "gb_per_s_excluding_kernel"), 1.0, True),
+    "run_shared_memory_gb_per_s_including_kernel": (("run_shared_memory", "gb_per_s_including_kernel"), 1.0, True),
 }
 
 

@@ -36,6 +36,7 @@ from tiledispatch.v1 import tiledispatch_pb2_grpc as pb_grpc
 from .credentials import Tls, as_tls, bearer_metadata
 from .errors import TileDispatchError, from_rpc_error
 from .problem import ProblemLike, as_proto
+from .shm import InputSegment
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 DEFAULT_TIMEOUT_S = 30.0
@@ -172,6 +173,7 @@ class Client:
                 channel_options.append(("grpc.ssl_target_name_override", settings.server_name))
             self._channel = grpc.secure_channel(self.target, settings.credentials(), options=channel_options)
         self._stub = pb_grpc.TileDispatchServiceStub(self._channel)
+        self._shm = InputSegment()  # shared-memory Run inputs (run(shared_memory=True)), created on first use
         # Run with tensors sends bytes serialized here (codec.serialize_run_request: one copy of the
         # tensor bytes instead of three); any other Run request is serialized as usual.
         self._run = self._channel.unary_unary(_RUN_METHOD, request_serializer=_serialize_run,
@@ -179,6 +181,7 @@ class Client:
 
     def close(self) -> None:
         self._channel.close()
+        self._shm.close()
 
     def __enter__(self) -> Client:
         return self
@@ -208,24 +211,36 @@ class Client:
 
     def run(self, problem: ProblemLike, inputs: tuple[np.ndarray, np.ndarray] | None = None, *, kernel: str = "",
             generate_inputs: bool = False, seed: int = 0, return_inputs: bool = False, bf16: str = "float32",
-            timeout: float | None = None) -> RunResult:
+            shared_memory: bool = False, timeout: float | None = None) -> RunResult:
         """Run ``problem`` on (first, second) in the runner contract's order (fwd: input, weight;
         bwd_data: grad_output, weight; bwd_weight: input, grad_output), or on generated inputs.
 
         bf16 inputs may be uint16 bit patterns or float arrays (rounded to nearest even); the output
         comes back as float32 values, or as uint16 bits with ``bf16="bits"``.
+
+        ``shared_memory=True`` (a client on the server's host, a server started with
+        ``--allow-shared-memory``): the inputs go through a POSIX shared-memory segment of this
+        client instead of the connection (:mod:`.shm`); the output still comes back over gRPC.
+        Such calls on one client take turns (they share its segment).
         """
         message = as_proto(problem)
         request: pb.RunRequest | bytes = pb.RunRequest(problem=message, kernel=kernel, return_inputs=return_inputs)
         if generate_inputs or inputs is None:
             if inputs is not None:
                 raise ValueError("inputs: give tensors or generate_inputs=True, not both")
+            if shared_memory:
+                raise ValueError("shared_memory: only for given inputs (generated ones are drawn on the server)")
             request.generate.seed = seed
+            response = self._unary(self._run, request, timeout)
+        elif shared_memory:
+            with self._shm.lock:  # held through the call: the next write would overwrite these inputs
+                request.shared_memory.CopyFrom(self._shm.write(*inputs, message.dtype or pb.DATA_TYPE_FP32))
+                response = self._unary(self._run, request, timeout)
         else:
             first, second = inputs
             dtype = message.dtype or pb.DATA_TYPE_FP32  # unset: the server names the problem field
             request = codec.serialize_run_request(request, first, second, dtype)
-        response = self._unary(self._run, request, timeout)
+            response = self._unary(self._run, request, timeout)
 
         def decode(tensor: pb.Tensor, field: str) -> np.ndarray:
             return codec.decode_tensor(tensor, field=field, bf16=bf16)

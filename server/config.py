@@ -31,6 +31,9 @@ flag                               environment variable            default
 ``--auth-tokens-file``             ``TILEDISPATCH_AUTH_TOKENS_FILE`` empty: no authentication; a file of
                                                                    ``name scopes token`` lines: bearer tokens
                                                                    (docs/security.md)
+``--allow-shared-memory``          ``TILEDISPATCH_ALLOW_SHARED_MEMORY`` off; on (flag, or ``1``/``true``): Run accepts
+                                                                   inputs a same-host client left in shared memory
+                                                                   (docs/operations.md)
 =================================  ==============================  ================================================
 
 ``TILEDISPATCH_HOME`` (default ``~/.cache/tiledispatch``) holds the default database and registry.
@@ -89,6 +92,7 @@ class Settings:
     tls_key: str = ""
     tls_client_ca: str = ""
     auth_tokens_file: str = ""
+    allow_shared_memory: bool = False
 
     @property
     def max_message_bytes(self) -> int:
@@ -128,7 +132,10 @@ _HELP = {
     "tls_key": "PEM private key of --tls-cert",
     "tls_client_ca": "PEM CA bundle: require client certificates it signed (mutual TLS)",
     "auth_tokens_file": "bearer tokens, 'name scopes token' per line (empty: no authentication)",
+    "allow_shared_memory": "let Run read inputs that clients on this host left in shared memory",
 }
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 
 
 def _defaults(environ: Mapping[str, str]) -> dict[str, Any]:
@@ -137,6 +144,10 @@ def _defaults(environ: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _convert(kind: type, text: str, source: str) -> Any:
+    if kind is bool:  # bool("false") is True: spell it out
+        if text.strip().lower() in _TRUE + _FALSE:
+            return text.strip().lower() in _TRUE
+        raise SystemExit(f"tiledispatch serve: {source}: expected one of {list(_TRUE + _FALSE[:-1])}, got {text!r}")
     try:
         return Path(text).expanduser() if kind is Path else kind(text)
     except ValueError:
@@ -156,6 +167,10 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         default = defaults.get(item.name, item.default)
         if env_name in environ:
             default = _convert(kind, environ[env_name], env_name)
+        if kind is bool:  # a switch: present means on
+            parser.add_argument("--" + item.name.replace("_", "-"), dest=item.name, action="store_true",
+                                default=default, help=f"{_HELP[item.name]} (env {env_name}; default: %(default)s)")
+            continue
         parser.add_argument("--" + item.name.replace("_", "-"), dest=item.name, type=kind, default=default,
                             help=f"{_HELP[item.name]} (env {env_name}; default: %(default)s)")
     return parser

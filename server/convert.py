@@ -14,6 +14,7 @@ from tiledispatch.native.problem import ConvProblem, Direction, DType, ProblemEr
 from tiledispatch.v1 import codec
 from tiledispatch.v1 import tiledispatch_pb2 as pb
 
+from . import shm_inputs
 from .catalog import KernelEntry
 from .errors import InvalidArgument, invalid_problem
 from .predictors import ModelDescription
@@ -120,7 +121,13 @@ _OPERAND_NAMES = {Direction.FORWARD: ("input", "weight"), Direction.BACKWARD_DAT
                   Direction.BACKWARD_WEIGHT: ("input", "grad_output")}
 
 
-def run_query(request: pb.RunRequest) -> RunQuery:
+def run_query(received: pb.RunRequest | codec.ParsedRunRequest, *, allow_shared_memory: bool = False,
+              peer: str = "") -> RunQuery:
+    """``received``: the message, or what :func:`codec.parse_run_request` made of it (the tensors'
+    bytes then stay views into the received request: no copy here). Shared-memory inputs are read
+    only where ``allow_shared_memory`` and ``peer`` (the caller's address) permit (:mod:`.shm_inputs`)."""
+    request, views = ((received.message, received.data) if isinstance(received, codec.ParsedRunRequest)
+                      else (received, {}))
     if not request.HasField("problem"):
         raise InvalidArgument("is required", field="problem")
     problem = problem_from_proto(request.problem)
@@ -134,13 +141,18 @@ def run_query(request: pb.RunRequest) -> RunQuery:
     dtype_code = codec.DTYPE_TO_PROTO[problem.dtype.value]
     first_shape, second_shape, _ = problem.operand_shapes
     names = _OPERAND_NAMES[problem.direction]
+    if which == "shared_memory":
+        shm_inputs.check_allowed(allow_shared_memory, peer)
+        inputs = shm_inputs.read_inputs(request.shared_memory, dtype_code, (first_shape, second_shape), names)
+        return RunQuery(problem, request.kernel, inputs=inputs)
     arrays = []
     for slot, shape, role in (("first", first_shape, names[0]), ("second", second_shape, names[1])):
         if not request.tensors.HasField(slot):
             raise InvalidArgument(f"is required (the {role} tensor, shape {list(shape)})", field=f"tensors.{slot}")
         try:
             arrays.append(codec.decode_tensor(getattr(request.tensors, slot), field=f"tensors.{slot}",
-                                              expected_dtype=dtype_code, expected_shape=shape, bf16="bits"))
+                                              expected_dtype=dtype_code, expected_shape=shape, bf16="bits",
+                                              data=views.get(slot)))
         except codec.TensorError as error:  # keep the field a path; say which operand it is in words
             raise InvalidArgument(f"{error.rule} (the {role} tensor)", field=error.field) from None
     return RunQuery(problem, request.kernel, inputs=(arrays[0], arrays[1]))

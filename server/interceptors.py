@@ -1,5 +1,6 @@
-"""gRPC server interceptors: request decoding that answers INVALID_ARGUMENT instead of INTERNAL,
-and authentication (:mod:`.auth`) in front of every method.
+"""gRPC server interceptors: request decoding that answers INVALID_ARGUMENT instead of INTERNAL
+(applied once, at registration, by :mod:`.handlers`), and authentication (:mod:`.auth`) in front of
+every method.
 
 Both work by returning a replacement method handler, so a refused call never reaches the servicer:
 nothing is decoded for a caller that failed authentication, and nothing runs.
@@ -53,34 +54,43 @@ def _safe(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     return decode
 
 
-class DecodeInterceptor(grpc.aio.ServerInterceptor):
-    """Bytes that are not a valid request message get INVALID_ARGUMENT (gRPC itself would say INTERNAL)."""
+def decode_checked(handler: grpc.RpcMethodHandler | None, method: str) -> grpc.RpcMethodHandler | None:
+    """``handler`` (of the full ``method`` path) answering INVALID_ARGUMENT for bytes that are not a
+    valid request message (gRPC itself would say INTERNAL); other services' handlers as they are.
 
-    async def intercept_service(self, continuation, details):
-        handler = await continuation(details)
-        if handler is None or handler.request_streaming or handler.request_deserializer is None \
-                or not details.method.startswith(_SERVICE_PREFIX):
-            return handler
-        method = _short(details.method)
+    :mod:`.handlers` applies it once, when the service is registered: as an interceptor it cost a
+    coroutine and new closures on every call, and without any interceptor grpc.aio skips its
+    interceptor pipeline altogether."""
+    if handler is None or handler.request_streaming or handler.request_deserializer is None \
+            or not method.startswith(_SERVICE_PREFIX):
+        return handler
+    short = _short(method)
 
-        def wrap(behaviour: Callable) -> Callable:
-            async def checked(request, context):
+    def wrap(behaviour: Callable) -> Callable:
+        async def checked(request, context):
+            if isinstance(request, _Undecodable):
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                    f"request: not a valid {short} request message ({request.error})")
+            return await behaviour(request, context)
+
+        if handler.response_streaming:
+            async def checked_stream(request, context):
                 if isinstance(request, _Undecodable):
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                        f"request: not a valid {method} request message ({request.error})")
-                return await behaviour(request, context)
+                                        f"request: not a valid {short} request message ({request.error})")
+                return await _drain(behaviour(request, context), context)
 
-            if handler.response_streaming:
-                async def checked_stream(request, context):
-                    if isinstance(request, _Undecodable):
-                        await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                            f"request: not a valid {method} request message ({request.error})")
-                    return await _drain(behaviour(request, context), context)
+            return checked_stream
+        return checked
 
-                return checked_stream
-            return checked
+    return _wrap_behaviour(handler, wrap)._replace(request_deserializer=_safe(handler.request_deserializer))
 
-        return _wrap_behaviour(handler, wrap)._replace(request_deserializer=_safe(handler.request_deserializer))
+
+class DecodeInterceptor(grpc.aio.ServerInterceptor):
+    """:func:`decode_checked` as an interceptor, for handlers registered without :mod:`.handlers`."""
+
+    async def intercept_service(self, continuation, details):
+        return decode_checked(await continuation(details), details.method)
 
 
 async def _drain(result: Any, context) -> None:

@@ -25,12 +25,12 @@ from grpc_reflection.v1alpha import reflection
 from tiledispatch.native.arch import ArchSpec, arch_for_device_name, get_arch
 from tiledispatch.v1 import tiledispatch_pb2_grpc as pb_grpc
 
-from . import logs
+from . import handlers, logs
 from .auth import AuthConfigError, TokenAuth
 from .catalog import Catalog
 from .config import Settings, parse_settings
 from .device import probe_gpus, software_versions
-from .interceptors import AuthInterceptor, DecodeInterceptor
+from .interceptors import AuthInterceptor
 from .metrics import Metrics
 from .predictors import ModelStore
 from .service import Dispatcher, Environment
@@ -100,7 +100,9 @@ async def serve(settings: Settings, *, on_listening: Callable[[int], None] | Non
     except (TlsConfigError, AuthConfigError, OSError) as error:
         log.error("bad security settings", extra={"error": str(error)})
         return 1
-    interceptors = [DecodeInterceptor()] if auth is None else [AuthInterceptor(auth, metrics), DecodeInterceptor()]
+    # Request decoding is checked in the handlers themselves (handlers.register): without auth, no
+    # interceptor at all, and grpc.aio skips its per-call interceptor pipeline.
+    interceptors = [] if auth is None else [AuthInterceptor(auth, metrics)]
     fast = ThreadPoolExecutor(settings.threads, thread_name_prefix="td-fast")
     heavy = ThreadPoolExecutor(settings.threads, thread_name_prefix="td-heavy")
     limit = settings.max_message_bytes
@@ -113,8 +115,9 @@ async def serve(settings: Settings, *, on_listening: Callable[[int], None] | Non
                                       ("grpc.http2.lookahead_bytes", limit),
                                       ("grpc.http2.max_frame_size", _MAX_FRAME),
                                       ("grpc.so_reuseport", 0)])  # a taken port must fail, not be shared
-    servicer = Servicer(metrics, fast, heavy, settings.max_concurrency, settings.max_queue)
-    pb_grpc.add_TileDispatchServiceServicer_to_server(servicer, server)
+    servicer = Servicer(metrics, fast, heavy, settings.max_concurrency, settings.max_queue,
+                        answer_cache_size=settings.cache_size, allow_shared_memory=settings.allow_shared_memory)
+    handlers.register(servicer, server, pb_grpc.add_TileDispatchServiceServicer_to_server)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     for name in _HEALTH_SERVICES:

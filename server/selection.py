@@ -95,6 +95,9 @@ class Selector:
         self._cache: OrderedDict[tuple, Selection] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
+        #: Bumped by every :meth:`invalidate`: answers derived from the cache (the servicer's
+        #: serialized Select answers) are valid only while it is unchanged.
+        self.generation = 0
 
     # ---- public ----------------------------------------------------------------------------------
     def select_cached(self, query: SelectQuery) -> Selection | None:
@@ -136,6 +139,7 @@ class Selector:
         """Forget every cached ranking (after a measurement or a quarantine)."""
         with self._lock:
             self._cache.clear()
+            self.generation += 1
 
     def predict(self, problem: ConvProblem, configs: Sequence[KernelConfig]) -> tuple[Predictor, np.ndarray]:
         """The default predictor's times for these configs (for reports beside measurements)."""

@@ -170,6 +170,11 @@ class Dispatcher:
     def select_cached(self, query: SelectQuery) -> Selection | None:
         return self.selector.select_cached(query)
 
+    @property
+    def selection_generation(self) -> int:
+        """Changes whenever cached rankings are dropped (answers built from them are then stale)."""
+        return self.selector.generation
+
     # ---- Run -------------------------------------------------------------------------------------
     def run(self, query: RunQuery) -> RunResult:
         problem = query.problem

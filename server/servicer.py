@@ -7,6 +7,10 @@ the cross-cutting rules in one place: UNAVAILABLE until the core is loaded, RESO
 running or queued for a thread or GPU worker), the call's deadline carried to where it waits
 (:mod:`.deadlines`: work whose caller's deadline passed in a queue is dropped, not run), and RPC
 count/latency metrics by method and code.
+
+Transport shortcuts (:mod:`.handlers`): a cached Select is answered with stored serialized bytes
+(:mod:`.answers`), and Run's tensors arrive as views into the received request, or, for a local
+client where ``--allow-shared-memory`` permits, in its shared-memory segment (:mod:`.shm_inputs`).
 """
 
 from __future__ import annotations
@@ -22,10 +26,12 @@ from typing import Any
 
 import grpc
 
+from tiledispatch.v1 import codec
 from tiledispatch.v1 import tiledispatch_pb2 as pb
 from tiledispatch.v1 import tiledispatch_pb2_grpc as pb_grpc
 
 from . import convert, deadlines
+from .answers import Answer, AnswerCache
 from .errors import FIELD_METADATA_KEY, InvalidArgument, ResourceExhausted, Unavailable, to_status
 from .metrics import Metrics
 from .service import Dispatcher
@@ -40,7 +46,7 @@ MAX_DETAILS_CHARS = 2048
 
 class Servicer(pb_grpc.TileDispatchServiceServicer):
     def __init__(self, metrics: Metrics, fast: Executor, heavy: Executor, max_concurrency: int,
-                 max_queue: int | None = None):
+                 max_queue: int | None = None, answer_cache_size: int = 4096, allow_shared_memory: bool = False):
         self.dispatcher: Dispatcher | None = None  # set when loading finishes
         self.closing = False
         self._metrics = metrics
@@ -49,29 +55,47 @@ class Servicer(pb_grpc.TileDispatchServiceServicer):
         self._max_concurrency = max_concurrency
         self._max_queue = max_queue if max_queue is not None else max_concurrency
         self._inflight = 0     # touched only on the event loop: no lock
+        self._answers = AnswerCache(answer_cache_size)
+        self._allow_shared_memory = allow_shared_memory  # Run inputs in a local client's segment
         self._heavy_inflight = 0
 
     # ---- RPCs ------------------------------------------------------------------------------------
-    async def Select(self, request: pb.SelectRequest, context) -> pb.SelectResponse:
+    async def Select(self, request: pb.SelectRequest, context) -> pb.SelectResponse | bytes:
         parsed: list = []  # the query, parsed once for the inline lookup and the thread
+        heavy = request.policy == pb.SELECTION_POLICY_AUTOTUNE
 
         def work(core: Dispatcher) -> pb.SelectResponse:
             query = parsed[0] if parsed else convert.select_query(request)
             return convert.select_response(core.select(query), query.top_k)
 
-        def cached(core: Dispatcher) -> pb.SelectResponse | None:
+        def cached(core: Dispatcher) -> bytes | None:
+            # A request seen before: its stored answer, no parsing (see .answers).
+            key = request.SerializeToString()
+            generation = core.selection_generation  # read before the lookup: a clear after it wins
+            answer = self._answers.get(key, generation)
+            if answer is not None:
+                self._metrics.cache_lookup(True)
+                answer.counter.inc()
+                return answer.data
             query = convert.select_query(request)
             parsed.append(query)
             selection = core.select_cached(query)
-            return None if selection is None else convert.select_response(selection, query.top_k)
+            if selection is None:
+                return None
+            data = convert.select_response(selection, query.top_k).SerializeToString()
+            counter = self._metrics.selections.labels(selection.source.value,
+                                                      f"{selection.model_name}/{selection.model_version}")
+            self._answers.put(key, Answer(generation, data, counter))
+            return data
 
-        heavy = request.policy == pb.SELECTION_POLICY_AUTOTUNE
         return await self._unary("Select", context, self._heavy if heavy else self._fast, work, heavy=heavy,
                                  inline=None if heavy else cached)
 
-    async def Run(self, request: pb.RunRequest, context) -> pb.RunResponse:
+    async def Run(self, request: pb.RunRequest | codec.ParsedRunRequest, context) -> pb.RunResponse:
+        peer = context.peer()
+
         def work(core: Dispatcher) -> pb.RunResponse:
-            query = convert.run_query(request)
+            query = convert.run_query(request, allow_shared_memory=self._allow_shared_memory, peer=peer)
             return convert.run_response(core.run(query), query.problem.dtype)
 
         return await self._unary("Run", context, self._heavy, work, heavy=True)

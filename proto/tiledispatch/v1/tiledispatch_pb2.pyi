@@ -226,6 +226,26 @@ class RunInputs(_message.Message):
     second: Tensor
     def __init__(self, first: _Optional[_Union[Tensor, _Mapping]] = ..., second: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
+class SharedMemoryTensor(_message.Message):
+    __slots__ = ("dtype", "shape", "offset")
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    dtype: DataType
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    offset: int
+    def __init__(self, dtype: _Optional[_Union[DataType, str]] = ..., shape: _Optional[_Iterable[int]] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class SharedMemoryInputs(_message.Message):
+    __slots__ = ("segment", "first", "second")
+    SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    SECOND_FIELD_NUMBER: _ClassVar[int]
+    segment: str
+    first: SharedMemoryTensor
+    second: SharedMemoryTensor
+    def __init__(self, segment: _Optional[str] = ..., first: _Optional[_Union[SharedMemoryTensor, _Mapping]] = ..., second: _Optional[_Union[SharedMemoryTensor, _Mapping]] = ...) -> None: ...
+
 class GenerateInputs(_message.Message):
     __slots__ = ("seed",)
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -233,18 +253,20 @@ class GenerateInputs(_message.Message):
     def __init__(self, seed: _Optional[int] = ...) -> None: ...
 
 class RunRequest(_message.Message):
-    __slots__ = ("problem", "kernel", "tensors", "generate", "return_inputs")
+    __slots__ = ("problem", "kernel", "tensors", "generate", "shared_memory", "return_inputs")
     PROBLEM_FIELD_NUMBER: _ClassVar[int]
     KERNEL_FIELD_NUMBER: _ClassVar[int]
     TENSORS_FIELD_NUMBER: _ClassVar[int]
     GENERATE_FIELD_NUMBER: _ClassVar[int]
+    SHARED_MEMORY_FIELD_NUMBER: _ClassVar[int]
     RETURN_INPUTS_FIELD_NUMBER: _ClassVar[int]
     problem: Problem
     kernel: str
     tensors: RunInputs
     generate: GenerateInputs
+    shared_memory: SharedMemoryInputs
     return_inputs: bool
-    def __init__(self, problem: _Optional[_Union[Problem, _Mapping]] = ..., kernel: _Optional[str] = ..., tensors: _Optional[_Union[RunInputs, _Mapping]] = ..., generate: _Optional[_Union[GenerateInputs, _Mapping]] = ..., return_inputs: _Optional[bool] = ...) -> None: ...
+    def __init__(self, problem: _Optional[_Union[Problem, _Mapping]] = ..., kernel: _Optional[str] = ..., tensors: _Optional[_Union[RunInputs, _Mapping]] = ..., generate: _Optional[_Union[GenerateInputs, _Mapping]] = ..., shared_memory: _Optional[_Union[SharedMemoryInputs, _Mapping]] = ..., return_inputs: _Optional[bool] = ...) -> None: ...
 
 class RunResponse(_message.Message):
     __slots__ = ("output", "kernel", "elapsed_us", "executed_on", "selection_source", "inputs")
