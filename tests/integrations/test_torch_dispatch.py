@@ -338,3 +338,63 @@ def test_event_timer_bounds_its_calls():
     calls.clear()
     EventTimer(warmup=1, repeats=5, budget_ms=0.0)(run, cpu)  # budget spent: one timed call still
     assert len(calls) == 2
+
+
+# ---- settled on PyTorch: the module runs F.conv itself ------------------------------------------------
+def _count_runs(runtime, monkeypatch):
+    calls = []
+    original = runtime.run
+
+    def counting(direction, *args):
+        calls.append(direction.value)
+        return original(direction, *args)
+
+    monkeypatch.setattr(runtime, "run", counting)
+    return calls
+
+
+def test_shapes_settled_on_pytorch_skip_the_custom_ops(fastest, monkeypatch):
+    runtime, timer, ours = fastest(ours_ms=3.0, pytorch_ms=1.0)
+    calls = _count_runs(runtime, monkeypatch)
+    conv = _conv()
+    x = torch.randn(2, 4, 5, 5)
+    _train_step(conv, x)  # decides all three directions: PyTorch
+    assert sorted(calls) == ["bwd_data", "bwd_weight", "fwd"]
+    calls.clear()
+    y, gx, gw = _train_step(conv, x)
+    assert calls == [] and timer.calls == 6 and ours.calls == 0  # plain F.conv2d and its autograd
+    x_ref = x.clone().requires_grad_()
+    w_ref = conv.weight.detach().clone().requires_grad_()
+    y_ref = F.conv2d(x_ref, w_ref, conv.bias, 1, 1, 1, 2)
+    y_ref.square().sum().backward()
+    assert _rel(y, y_ref) < 1e-6 and _rel(gx, x_ref.grad) < 1e-6 and _rel(gw, w_ref.grad) < 1e-6
+    with torch.no_grad():
+        conv(torch.randn(3, 4, 5, 5))  # a new batch size: a new problem, decided through the ops
+    assert calls == ["fwd"]
+
+
+def test_a_direction_settled_on_ours_keeps_the_custom_ops(fastest, monkeypatch):
+    runtime, timer, ours = fastest(ours_ms=3.0, pytorch_ms=1.0)
+    calls = _count_runs(runtime, monkeypatch)
+    conv = _conv()
+    x = torch.randn(2, 4, 5, 5)
+    _train_step(conv, x)
+    from dataclasses import replace
+
+    from tiledispatch.integrations.torch_dispatch import OURS
+    key = next(k for k, e in runtime._entries.items() if e.problem.direction.value == "bwd_weight")
+    runtime._entries[key] = replace(runtime._entries[key], decision=replace(runtime._entries[key].decision, impl=OURS))
+    calls.clear()
+    _train_step(conv, x)
+    assert sorted(calls) == ["bwd_data", "bwd_weight", "fwd"] and ours.calls == 1
+    calls.clear()
+    with torch.no_grad():  # inference needs only the forward, settled on PyTorch
+        conv(x)
+    assert calls == []
+
+
+def test_pytorch_policy_runs_plain_convolutions(runtime_factory, monkeypatch):
+    runtime = runtime_factory(cpu="interpret", dtypes=(torch.float32,), policy="pytorch")
+    calls = _count_runs(runtime, monkeypatch)
+    _train_step(_conv(), torch.randn(2, 4, 5, 5))
+    assert calls == []

@@ -19,7 +19,9 @@ What happens per convolution call (see :mod:`.torch_runtime` and :mod:`.torch_se
   ``configure(policy=...)`` or ``$TILEDISPATCH_TORCH_POLICY``): by default on CUDA (``fastest``) our
   kernel and PyTorch's convolution (cuDNN) are both timed on its first call and the faster serves it
   from then on (one INFO line each; :func:`dispatch_report` lists the decisions); ``ours`` always
-  runs our kernels, ``pytorch`` always PyTorch's; both give the same channels-last result;
+  runs our kernels, ``pytorch`` always PyTorch's; both give the same channels-last result; in eager
+  mode a shape whose every needed direction is settled on PyTorch skips the custom ops and runs
+  ``F.conv2d``/``F.conv3d`` under PyTorch's autograd, at the plain nn.Conv's cost;
 * bias is added by PyTorch (``y + b``, its gradient is autograd's sum over N and space);
 * layout: our kernels read channels-last memory. A model converted with
   ``model.to(memory_format=torch.channels_last)`` (``channels_last_3d`` in 3D) pays nothing; otherwise
@@ -85,7 +87,13 @@ def tile_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None =
         dtype = torch.get_autocast_dtype(x.device.type)
         x, weight = x.to(dtype), weight.to(dtype)
         bias = bias.to(dtype) if bias is not None else None
-    if not get_runtime().accepts(x):
+    runtime = get_runtime()
+    if not runtime.accepts(x) or (not torch.compiler.is_compiling() and
+                                  runtime.pytorch_serves(x, weight, groups, stride, pad_begin, pad_end, dilation)):
+        # PyTorch's own convolution and autograd: for tensors our kernels do not serve, and in eager
+        # mode for shapes whose every direction is settled on PyTorch (policy or ``fastest``
+        # decisions), which then cost what the plain nn.Conv costs. Compiled graphs keep the custom
+        # ops (their dispatch is decided at run time, not while tracing).
         from .torch_reference import forward
 
         y = forward(x, weight, groups, stride, pad_begin, pad_end, dilation)

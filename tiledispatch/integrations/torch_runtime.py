@@ -224,6 +224,31 @@ class Runtime:
         self._entries[key] = entry
         return entry
 
+    def pytorch_serves(self, x: torch.Tensor, weight: torch.Tensor, groups: int, stride: tuple[int, ...],
+                       pad_begin: tuple[int, ...], pad_end: tuple[int, ...], dilation: tuple[int, ...]) -> bool:
+        """Whether every direction this call can run is already settled on PyTorch's convolution
+        (policy ``pytorch``, or ``fastest`` decisions for the forward and, when gradients flow, both
+        backward directions). The caller may then run ``F.conv`` itself, under PyTorch's own autograd:
+        one ``convolution_backward`` for both gradients and none of the custom ops' per-call cost."""
+        policy = dispatch.resolve(self._policy, x.device)
+        if policy == dispatch.PYTORCH:
+            return True
+        if policy != dispatch.FASTEST:
+            return False
+        x_shape, w_shape, device_type = tuple(x.shape), tuple(weight.shape), x.device.type
+        directions = [Direction.FORWARD]
+        if torch.is_grad_enabled():
+            if x.requires_grad:
+                directions.append(Direction.BACKWARD_DATA)
+            if weight.requires_grad:
+                directions.append(Direction.BACKWARD_WEIGHT)
+        for direction in directions:
+            found = self._entries.get((direction, x.dtype, x_shape, w_shape, groups, stride, pad_begin, pad_end,
+                                       dilation, device_type))
+            if found is None or found.decision is None or found.decision.impl != dispatch.PYTORCH:
+                return False
+        return True
+
     def entries(self) -> list[Entry]:
         return list(self._entries.values())
 
