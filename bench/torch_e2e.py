@@ -38,7 +38,6 @@ import datetime as dt
 import json
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -58,18 +57,11 @@ from tiledispatch.integrations.torch import (  # noqa: E402
     swap_convs,
     swapped_convs,
 )
+from tiledispatch.native.bench import git_commit  # noqa: E402
 from tiledispatch.native.problem import Direction  # noqa: E402
 
 POLICIES = ("ours", "fastest")  # the swapped model's runs, beside cuDNN
 DIRECTIONS = ("fwd", "bwd_data", "bwd_weight")
-
-
-def _git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def _gpu_short() -> str:
@@ -343,7 +335,7 @@ def main() -> None:
     report = {
         "environment": {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
                         "cudnn": torch.backends.cudnn.version(), "triton": triton.__version__,
-                        "python": platform.python_version(), "git_commit": _git_commit(),
+                        "python": platform.python_version(), "git_commit": git_commit(),
                         "date": date.isoformat(timespec="seconds")},
         "settings": {"steps": args.steps, "rounds": args.rounds, "warmup": args.warmup,
                      "memory_format": args.memory_format, "policies": list(POLICIES), "timer": repr(runtime.timer),

@@ -585,7 +585,7 @@ def environment_manifest(settings: BenchSettings, ceilings: Ceilings) -> dict:
         "gpu_name": properties.name, "gpu_sms": properties.multi_processor_count,
         "gpu_l2_bytes": properties.L2_cache_size, "driver": driver, "cuda": torch.version.cuda,
         "torch": torch.__version__, "triton": triton.__version__, "cudnn": torch.backends.cudnn.version(),
-        "tiledispatch": tiledispatch.__version__, "git_commit": _git_commit(),
+        "tiledispatch": tiledispatch.__version__, "git_commit": git_commit(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rule_set": settings.rule_set,
         "arch": settings.arch, "ceilings": asdict(ceilings),
         "timing": {"graph_us": f"CUDA-graph replay of up to {settings.graph_launches} launches (about "
@@ -598,7 +598,7 @@ def environment_manifest(settings: BenchSettings, ceilings: Ceilings) -> dict:
     }
 
 
-def _git_commit() -> str:
+def git_commit() -> str:
     """``$TILEDISPATCH_GIT_COMMIT`` when set (a copied tree may carry a stale .git), else HEAD."""
     if os.environ.get("TILEDISPATCH_GIT_COMMIT"):
         return os.environ["TILEDISPATCH_GIT_COMMIT"]
@@ -654,7 +654,7 @@ def run_sweep(problems: list[ConvProblem], settings: BenchSettings, out_dir: Pat
         write_json_atomic(manifest_file, manifest)  # a killed sitting still leaves its context
         log(f"bench: ceilings {ceilings}")
     sitting = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "problems": len(todo),
-               "git_commit": _git_commit()}
+               "git_commit": git_commit()}
     worker: list = []
     pending: list[dict] = []
     started = time.time()
