@@ -293,6 +293,34 @@ class ConvProblem:
                 f"|c{self.in_channels}|k{self.out_channels}|in{dims(self.input_size)}|f{dims(self.filter_size)}"
                 f"|s{dims(self.stride)}|d{dims(self.dilation)}|pb{dims(self.pad_begin)}|pe{dims(self.pad_end)}")
 
+    @classmethod
+    def from_key(cls, key: str) -> ConvProblem:
+        """The problem a :attr:`key` names (its inverse; the problem's own rules are checked too)."""
+        parts = key.strip().split("|")
+        prefixes = ("n", "g", "c", "k", "in", "f", "s", "d", "pb", "pe")
+        if len(parts) != 3 + len(prefixes) or not parts[2].endswith("d"):
+            raise ProblemError("key", "direction|dtype|<ndim>d|n..|g..|c..|k..|in..|f..|s..|d..|pb..|pe.., "
+                                      f"as ConvProblem.key writes it; got {key!r}")
+        values = []
+        for prefix, part in zip(prefixes, parts[3:]):
+            body = part[len(prefix):]
+            if not part.startswith(prefix) or not body:
+                raise ProblemError("key", f"field {prefix!r} expected where {part!r} stands in {key!r}")
+            try:
+                values.append(tuple(int(v) for v in body.split("x")))
+            except ValueError:
+                raise ProblemError("key", f"{part!r}: sizes are integers joined by 'x'") from None
+        (batch,), (groups,), (in_channels,), (out_channels,) = (v if len(v) == 1 else (None,) for v in values[:4])
+        if None in (batch, groups, in_channels, out_channels):
+            raise ProblemError("key", f"n, g, c and k take one integer each in {key!r}")
+        input_size, filter_size, stride, dilation, pad_begin, pad_end = values[4:]
+        problem = cls(direction=parts[0], dtype=parts[1], batch=batch, groups=groups, in_channels=in_channels,
+                      out_channels=out_channels, input_size=input_size, filter_size=filter_size, stride=stride,
+                      dilation=dilation, pad_begin=pad_begin, pad_end=pad_end)
+        if problem.key != key.strip():
+            raise ProblemError("key", f"{key!r} is not canonical; it reads as {problem.key!r}")
+        return problem
+
     @property
     def shape_key(self) -> str:
         """The key without direction and dtype: the same convolution in every direction."""

@@ -345,6 +345,32 @@ def test_key_and_shape_key_spelling():
     assert p.shape_key == "2d|n2|g3|c9|k6|in9x8|f3x3|s2x1|d1x2|pb1x0|pe0x2"
 
 
+@PROPERTY
+@given(problem_fields())
+def test_from_key_inverts_key(fields):
+    p = ConvProblem(**fields)
+    assert ConvProblem.from_key(p.key) == p
+
+
+@pytest.mark.parametrize("key, says", [
+    ("fwd|bf16|2d|n2|g3|c9|k6|in9x8|f3x3|s2x1|d1x2|pb1x0", "direction|dtype"),
+    ("fwd|bf16|2d|n2|g3|c9|k6|in9x8|f3x3|s2x1|d1x2|pb1x0|px0x2", "'pe' expected"),
+    ("fwd|bf16|2d|n2|g3|c9|k6|in9xA|f3x3|s2x1|d1x2|pb1x0|pe0x2", "integers joined by 'x'"),
+    ("fwd|bf16|2d|n2x2|g3|c9|k6|in9x8|f3x3|s2x1|d1x2|pb1x0|pe0x2", "one integer each"),
+    ("forward|bf16|2d|n2|g3|c9|k6|in9x8|f3x3|s2x1|d1x2|pb1x0|pe0x2", "not canonical"),
+])
+def test_from_key_names_what_is_wrong(key, says):
+    with pytest.raises(ProblemError, match=says) as raised:
+        ConvProblem.from_key(key)
+    assert raised.value.field == "key"
+
+
+def test_from_key_applies_the_problem_rules():
+    with pytest.raises(ProblemError) as raised:
+        ConvProblem.from_key("fwd|bf16|2d|n2|g4|c9|k8|in9x8|f3x3|s1x1|d1x1|pb1x1|pe1x1")
+    assert raised.value.field == "in_channels"
+
+
 # ---- the dev suite ---------------------------------------------------------------------------
 def _suite():
     if not DEV_SUITE.is_file():
