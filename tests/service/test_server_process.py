@@ -31,6 +31,11 @@ from ..conftest import HAS_CUDA
 from .conftest import TINY
 from .harness import SERVICE, ServerProcess, health_status
 
+#: The shipped forward model the server picks: the newest version under models/artifacts.
+SHIPPED_FWD = "lgbm-sm_90-bf16-fwd"
+SHIPPED_FWD_VERSION = str(max(int(p.name) for p in (Path(__file__).resolve().parents[2] / "models" / "artifacts"
+                                                    / SHIPPED_FWD).iterdir() if p.name.isdigit()))
+
 BUF = Path(sys.executable).parent / "buf"
 
 
@@ -47,7 +52,7 @@ def test_our_client(server_process):
         assert info["has_gpu"] is HAS_CUDA  # --gpus auto probed this host
         assert info["max_message_bytes"] == 4 * 1024 * 1024
         selection = client.select(TINY)
-        assert (selection.source, selection.model) == ("model", ("lgbm-sm_90-bf16-fwd", "1"))  # the shipped model
+        assert (selection.source, selection.model) == ("model", (SHIPPED_FWD, SHIPPED_FWD_VERSION))
         result = client.run(TINY, generate_inputs=True)
         assert result.executed_on == ("gpu" if HAS_CUDA else "cpu_reference")
         assert result.output.dtype == np.float32 and result.output.shape == (2, 2, 6, 3, 3)
@@ -124,7 +129,7 @@ def test_metrics_endpoint(server_process):
     for needle in ('tiledispatch_rpc_requests_total{code="OK",method="Select"}',
                    'tiledispatch_rpc_requests_total{code="INVALID_ARGUMENT",method="Select"}',
                    'tiledispatch_rpc_latency_seconds_bucket{code="OK",le="0.005",method="Select"}',
-                   'tiledispatch_selections_total{model="lgbm-sm_90-bf16-fwd/1",source="model"}',
+                   f'tiledispatch_selections_total{{model="{SHIPPED_FWD}/{SHIPPED_FWD_VERSION}",source="model"}}',
                    "tiledispatch_selection_cache_total", "tiledispatch_selection_cache_hit_ratio",
                    f"tiledispatch_registry_kernels {registry_size}.0", "tiledispatch_ready 1.0",
                    "tiledispatch_kernel_run_seconds_count", "tiledispatch_worker_restarts_total",
