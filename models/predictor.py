@@ -168,8 +168,10 @@ def load_all(models_dir: Path | str) -> tuple[list[TrainedPredictor], dict[str, 
     return loaded, failed
 
 
-def newest_covering(models: Iterable[TrainedPredictor], arch: str, dtype: DType,
+def newest_covering(models: Iterable[TrainedPredictor], targets: Iterable[str], dtype: DType,
                     direction: Direction) -> TrainedPredictor | None:
-    """The newest version among the models trained for (arch or device, dtype, direction)."""
-    covering = [m for m in models if m.covers(arch, dtype, direction)]
+    """The newest version among the models trained for (any of ``targets`` — a compute target such as
+    ``sm_90`` or a device such as ``h200`` —, dtype, direction), as the server chooses."""
+    targets = tuple(targets)
+    covering = [m for m in models if any(m.covers(t, dtype, direction) for t in targets)]
     return max(covering, key=lambda m: version_key(m.version)) if covering else None

@@ -48,7 +48,7 @@ CUDNN_TOP1_TOLERANCE = 1.01
 
 def choose_model(models: Sequence[Any], arch: str, device: str, dtype: DType, direction: Direction) -> Any | None:
     """As the server does: the newest version among the models covering (arch or device, dtype, direction)."""
-    return newest_covering(models, arch, dtype, direction) or newest_covering(models, device, dtype, direction)
+    return newest_covering(models, (arch, device), dtype, direction)
 
 
 def load_models(models_dir: Path | None, extra: Sequence[Path] = ()) -> list[Any]:

@@ -17,10 +17,10 @@ requests are never stored (they measure on every call).
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
+
+from .lru import LRU
 
 
 @dataclass(frozen=True)
@@ -31,32 +31,20 @@ class Answer:
 
 
 class AnswerCache:
-    """A bounded LRU of ``request bytes -> Answer``; safe from several threads."""
+    """A bounded LRU of ``request bytes -> Answer`` that never returns an answer of an older generation."""
 
     def __init__(self, size: int):
-        self._size = size
-        self._entries: OrderedDict[bytes, Answer] = OrderedDict()
-        self._lock = threading.Lock()
+        self._entries = LRU(size)
 
     def get(self, key: bytes, generation: int) -> Answer | None:
-        with self._lock:
-            answer = self._entries.get(key)
-            if answer is None:
-                return None
-            if answer.generation != generation:  # the rankings changed since: never answer from it
-                del self._entries[key]
-                return None
-            self._entries.move_to_end(key)
-            return answer
+        answer = self._entries.get(key)
+        if answer is not None and answer.generation != generation:  # the rankings changed since
+            self._entries.discard(key)
+            return None
+        return answer
 
     def put(self, key: bytes, answer: Answer) -> None:
-        if self._size <= 0:
-            return
-        with self._lock:
-            self._entries[key] = answer
-            self._entries.move_to_end(key)
-            while len(self._entries) > self._size:
-                self._entries.popitem(last=False)
+        self._entries.put(key, answer)
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -20,7 +20,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from tiledispatch.models.analytic import AnalyticPredictor
-from tiledispatch.models.predictor import version_key
+from tiledispatch.models.predictor import newest_covering, version_key
 from tiledispatch.native.arch import ArchSpec
 from tiledispatch.native.configs import KernelConfig
 from tiledispatch.native.problem import ConvProblem, Direction, DType
@@ -132,8 +132,7 @@ class ModelStore:
                 raise FailedPrecondition(f"model {model.name}/{model.version} does not cover "
                                          f"({self.spec.arch}, {dtype.value}, {direction.value})", field="model")
             return model
-        covering = [m for m in self.trained if self._covers(m, dtype, direction)]
-        return max(covering, key=lambda m: version_key(m.version)) if covering else None
+        return newest_covering(self.trained, (self.spec.arch, self.spec.name), dtype, direction)
 
     def _covers(self, model: Predictor, dtype: DType, direction: Direction) -> bool:
         return bool(model.covers(self.spec.arch, dtype, direction) or model.covers(self.spec.name, dtype, direction))

@@ -9,7 +9,6 @@ recorded, a kernel quarantined) clears the cache.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -21,6 +20,7 @@ from tiledispatch.native.problem import ConvProblem
 
 from .catalog import Catalog
 from .errors import FailedPrecondition, InvalidArgument, NotFound, Unimplemented
+from .lru import LRU
 from .metrics import Metrics
 from .predictors import ModelStore, Predictor
 from .tuning_db import TuningDB
@@ -92,8 +92,7 @@ class Selector:
         self.device = device
         self.metrics = metrics
         self.autotuner = autotuner
-        self._cache: OrderedDict[tuple, Selection] = OrderedDict()
-        self._cache_size = cache_size
+        self._cache = LRU(cache_size)
         self._lock = threading.Lock()
         #: Bumped by every :meth:`invalidate`: answers derived from the cache (the servicer's
         #: serialized Select answers) are valid only while it is unchanged.
@@ -201,18 +200,8 @@ class Selector:
 
     # ---- cache -----------------------------------------------------------------------------------
     def _cached(self, key: tuple) -> Selection | None:
-        with self._lock:
-            selection = self._cache.get(key)
-            if selection is not None:
-                self._cache.move_to_end(key)
-                return replace(selection, cached=True)
-        return None
+        selection = self._cache.get(key)
+        return replace(selection, cached=True) if selection is not None else None
 
     def _store(self, key: tuple, selection: Selection) -> None:
-        if self._cache_size <= 0:
-            return
-        with self._lock:
-            self._cache[key] = selection
-            self._cache.move_to_end(key)
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
+        self._cache.put(key, selection)

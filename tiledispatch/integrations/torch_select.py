@@ -181,8 +181,7 @@ class KernelSelector:
             self._trained = self._load_trained()
         from tiledispatch.models.predictor import newest_covering
 
-        model = (newest_covering(self._trained, self.spec.arch, problem.dtype, problem.direction)
-                 or newest_covering(self._trained, self.spec.name, problem.dtype, problem.direction))
+        model = newest_covering(self._trained, (self.spec.arch, self.spec.name), problem.dtype, problem.direction)
         return model or self.predictor
 
     def _load_trained(self) -> list[Any]:
