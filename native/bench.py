@@ -667,10 +667,10 @@ def run_sweep(problems: list[ConvProblem], settings: BenchSettings, out_dir: Pat
             cudnn = next((r for r in rows if r["kernel"] == CUDNN), None)
             elapsed = time.time() - started
             summary = f"best {best['graph_us']:.1f}us ({best['kernel']})" if best else "no ok kernel"
-            log(f"[{index}/{len(todo)}] {problem.key}: {len(rows)} rows, {summary}")
+            log(f"[{index}/{len(todo)}] {problem.key}: {len(rows)} rows, {summary}; "
+                f"elapsed {elapsed:.0f}s, eta {elapsed / index * (len(todo) - index):.0f}s")
             if cudnn:
-                log(f"    cudnn {cudnn['graph_us']:.1f}us status={cudnn['status']}; "
-                    f"elapsed {elapsed:.0f}s, eta {elapsed / index * (len(todo) - index):.0f}s")
+                log(f"    cudnn {cudnn['graph_us']:.1f}us status={cudnn['status']}")
             if index % shard_every == 0:
                 write_shard(out, pending)
                 pending = []

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import signal
 import sys
 import time
 from pathlib import Path
@@ -111,6 +113,14 @@ def registry_main(argv: list[str]) -> int:
     return 1 if failed and not args.allow_failures else 0
 
 
+def _shard(text: str) -> tuple[int, int]:
+    """``I/N`` with 0 <= I < N: this process's share of the problem list."""
+    match = re.fullmatch(r"(\d+)/(\d+)", text.strip())
+    if not match or not int(match[1]) < int(match[2]):
+        raise argparse.ArgumentTypeError(f"--shard: must be I/N with 0 <= I < N (e.g. 0/2), got {text!r}")
+    return int(match[1]), int(match[2])
+
+
 def bench_main(argv: list[str]) -> int:
     from tiledispatch.native.bench import BenchSettings, load_problems, run_sweep
     from tiledispatch.native.sampler import sample_problems
@@ -131,6 +141,8 @@ def bench_main(argv: list[str]) -> int:
     parser.add_argument("--max-kernels", type=int, default=0, help="seeded sample of at most this many kernels")
     parser.add_argument("--no-cudnn", action="store_true")
     parser.add_argument("--limit", type=int, default=0, help="measure at most this many problems this sitting")
+    parser.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N",
+                        help="after --limit, keep every N-th problem starting at the I-th (one process per GPU)")
     parser.add_argument("--training", action="store_true",
                         help="training-data timing: CUDA-graph replay only, about 5 ms of device time per kernel")
     args = parser.parse_args(argv)
@@ -143,10 +155,15 @@ def bench_main(argv: list[str]) -> int:
         problems = [p.with_direction(d).with_dtype(dtype) for p in base for d in directions]
     if args.limit:
         problems = problems[: args.limit]
+    index, count = args.shard
+    problems = problems[index::count]
     settings = BenchSettings(cache_dir=str(args.cache_dir), arch=args.arch, rule_set=args.rule_set,
                              oracle_only=args.oracle_only, include_cudnn=not args.no_cudnn,
                              max_kernels=args.max_kernels, seed=args.seed,
                              **(dict(event_timing=False, budget_us=5_000.0, graph_replays=3) if args.training else {}))
+    # SIGTERM (e.g. `timeout` ending a sitting) unwinds like an exception, so the sweep's `finally`
+    # writes the rows measured since the last shard instead of losing them.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     manifest = run_sweep(problems, settings, args.out)
     print(f"bench: manifest {manifest}")
     return 0

@@ -40,3 +40,18 @@ def test_kernels_list_refuses_a_bad_problem_naming_the_field():
                                                                 "groups": 2, "in_channels": 3, "out_channels": 4,
                                                                 "input_size": [8, 8], "filter_size": [3, 3]}))
     assert done.returncode == 2 and "in_channels" in done.stderr
+
+
+def test_bench_shard_parses_and_refuses_bad_values():
+    import argparse
+
+    import pytest
+
+    from tiledispatch.native.cli import _shard
+
+    assert _shard("1/2") == (1, 2)
+    assert _shard("0/1") == (0, 1)
+    for bad in ("2/2", "a/2", "1", "-1/2"):
+        with pytest.raises(argparse.ArgumentTypeError, match="--shard: must be I/N"):
+            _shard(bad)
+
