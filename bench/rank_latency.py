@@ -1,4 +1,8 @@
-"""Ranking latency of a trained model on one core: ``predict_us`` over every applicable candidate.
+"""Ranking latency of a trained model on one core: ``rank`` over every applicable candidate.
+
+``TrainedPredictor.rank`` is the whole ranking: features once, the regressor's µs for every
+candidate and, for an artifact with a LambdaRank ranker (format 2), the ranker's scores that order
+them (``--call predict_us`` times the regressor alone, as reports before the ranker did).
 
 For each problem of a problem file (and the model's direction and dtype), the candidates are the
 ``default`` rule set's kernels that support it (what the server's catalog hands to the model);
@@ -39,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--rule-set", default="default")
+    parser.add_argument("--call", choices=("rank", "predict_us"), default="rank",
+                        help="what is timed: the full ranking (default) or the regressor's µs alone")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     if hasattr(os, "sched_setaffinity"):
@@ -48,23 +54,27 @@ def main(argv: list[str] | None = None) -> int:
     problems = load_problems(args.problems, [direction], dtype)[: args.limit]
     problems = [p.with_dtype(dtype) for p in problems]
     pool = rule_set_configs(args.rule_set, model.arch, directions=[direction], dtypes=[dtype])
+    call = getattr(model, args.call)
     times, counts = [], []
     for problem in problems:
         candidates = [c for c in pool if is_supported(problem, c)]
         counts.append(len(candidates))
-        model.predict_us(problem, candidates)  # warm-up
+        call(problem, candidates)  # warm-up
         for _ in range(args.repeats):
             start = time.perf_counter()
-            model.predict_us(problem, candidates)
+            call(problem, candidates)
             times.append(time.perf_counter() - start)
     ms = np.array(times) * 1e3
-    report = {"model": f"{model.name}/{model.version}", "trees": model.forest.num_trees,
+    ranker = getattr(model, "ranker", None)
+    report = {"model": f"{model.name}/{model.version}", "call": args.call, "trees": model.forest.num_trees,
+              **({"ranker_trees": ranker.num_trees} if ranker is not None and args.call == "rank" else {}),
               "features": model.feature_count, "problems": len(problems), "calls": len(ms),
               "candidates": {"mean": float(np.mean(counts)), "max": int(np.max(counts))},
               "ms": {**{q: float(np.percentile(ms, float(q[1:]))) for q in ("p50", "p90", "p99")},
                      "max": float(ms.max())},
               "cpu": platform.processor() or platform.machine(), "threads": 1,
-              "method": ("FeatureEngine.build + numpy forest (models/forest.py), one core, perf_counter per call; "
+              "method": (f"{args.call}: FeatureEngine.build + numpy forest(s) (models/forest.py), one core, "
+                         "perf_counter per call; "
                          "one untimed warm-up call per problem first (it builds the candidate list's cached config "
                          "table, about 0.1 ms for 133 candidates)")}
     text = json.dumps(report, indent=2)

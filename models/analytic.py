@@ -15,6 +15,14 @@ Used where no trained model matches (arch, dtype, direction). For each candidate
   bandwidth (lower for unvectorised kernels), plus split-K's fp32 partials written and read back;
 * launches: one, plus the split-K reduction.
 
+Families are looked up by name (:data:`FAMILY_CODES`), never by their position in
+:class:`~tiledispatch.native.configs.Family`. ``tma`` (an implicit GEMM whose operand tiles are TMA
+boxes of a zero-padded copy of the input) is costed as ``igemm`` plus that copy when the problem
+pads: ``N·prod(in + pad_begin + pad_end)·C`` elements written once and read once, one launch more.
+A family this module does not know gets :data:`UNKNOWN_FAMILY` as its code and the cost view of its
+kind: the tensor-core implicit GEMM for a family with ``uses_tensor_cores``, the direct view
+otherwise — a sane estimate, never an error.
+
 The figures come from :mod:`tiledispatch.native.arch` (datasheet values); the few efficiency
 constants below are round numbers, not fits: this predictor ranks, it does not promise times.
 Everything is vectorised over candidates (≈300 ranked in well under a millisecond).
@@ -53,21 +61,44 @@ MAX_CTAS_PER_SM = 32
 MAX_WARPS_PER_SM = 64
 SMEM_RESERVE_PER_CTA = 1024
 
-_DIRECT = 3
-_FAMILY_CODE = {Family.IGEMM: 0, Family.GMERGE: 1, Family.GEMM1X1: 2, Family.DIRECT: _DIRECT}
+#: The ``family`` column's code of each family, by the family's name (value). New families are
+#: appended; a code never changes meaning (the feature engine's one-hot columns read these codes).
+FAMILY_CODES = {"igemm": 0, "gmerge": 1, "gemm1x1": 2, "direct": 3, "tma": 4}
+#: The code of a family missing from :data:`FAMILY_CODES` (costed by its kind, see the module doc).
+UNKNOWN_FAMILY = -1
+_DIRECT = FAMILY_CODES["direct"]
+_TMA = FAMILY_CODES["tma"]
 _COLUMNS = ("family", "block_m", "block_n", "block_k", "num_warps", "num_stages", "split_k", "merge", "vec",
-            "index64")
+            "index64", "cuda_core")
 
 
 def _cdiv(a, b):
     return -(-a // b)
 
 
+def family_code(family: Family | str) -> int:
+    """The ``family`` column's code: :data:`FAMILY_CODES` by name, :data:`UNKNOWN_FAMILY` if absent."""
+    name = family.value if isinstance(family, Family) else str(family)
+    return FAMILY_CODES.get(name, UNKNOWN_FAMILY)
+
+
 def config_table(configs: Sequence[KernelConfig]) -> dict[str, np.ndarray]:
-    """The configs as one int64 column per field (what the formulas vectorise over)."""
-    rows = np.array([(_FAMILY_CODE[c.family], c.block_m, c.block_n, c.block_k, c.num_warps, c.num_stages,
-                      c.split_k, c.merge, c.vec, c.index64) for c in configs], dtype=np.int64).reshape(-1, 10)
+    """The configs as one int64 column per field (what the formulas vectorise over). Besides the
+    fields: ``family`` (:func:`family_code`) and ``cuda_core`` (1 where the direct, CUDA-core cost
+    view applies: the direct family, or an unknown family that does not use the tensor cores)."""
+    rows = np.array([(family_code(c.family), c.block_m, c.block_n, c.block_k, c.num_warps, c.num_stages,
+                      c.split_k, c.merge, c.vec, c.index64, not c.family.uses_tensor_cores) for c in configs],
+                    dtype=np.int64).reshape(-1, len(_COLUMNS))
     return {name: rows[:, i] for i, name in enumerate(_COLUMNS)}
+
+
+def padded_copy_elements(problem: ConvProblem) -> int:
+    """Elements of the zero-padded input copy a ``tma`` kernel reads its tiles from
+    (``N·prod(in + pad_begin + pad_end)·C``); 0 when the problem does not pad."""
+    if not any(problem.pad_begin) and not any(problem.pad_end):
+        return 0
+    padded = [size + begin + end for size, begin, end in zip(problem.input_size, problem.pad_begin, problem.pad_end)]
+    return problem.batch * int(np.prod(padded)) * problem.in_channels
 
 
 class AnalyticPredictor:
@@ -102,7 +133,9 @@ class AnalyticPredictor:
         spec, p = self.spec, problem
         bm, bn, bk, warps, stages = t["block_m"], t["block_n"], t["block_k"], t["num_warps"], t["num_stages"]
         split, merge = t["split_k"], t["merge"]
-        direct = t["family"] == _DIRECT
+        # The direct (CUDA-core) view; every other row, tma and unknown families included, takes the
+        # tensor-core implicit-GEMM view.
+        direct = t["cuda_core"] == 1
         groups, cg, kg, taps = p.groups, p.c_per_group, p.k_per_group, p.filter_taps
         out_positions = p.batch * int(np.prod(p.output_size))
         in_positions = p.batch * int(np.prod(p.input_size))
@@ -160,9 +193,12 @@ class AnalyticPredictor:
                                                                 BANDWIDTH_EFFICIENCY_SCALAR)
         # Split-K partials: fp32, one copy per split, written then read by the reduction.
         workspace = np.where(split > 1, 2.0 * split * p.weight_elements * 4, 0.0)
-        memory_s = (p.min_bytes + workspace) / bandwidth
+        # tma: the zero-padded copy of the input, written once and read once, by one more launch.
+        copy_bytes = padded_copy_elements(p) * itemsize
+        padded_copy = (t["family"] == _TMA) & (copy_bytes > 0)
+        memory_s = (p.min_bytes + workspace + np.where(padded_copy, 2.0 * copy_bytes, 0.0)) / bandwidth
 
-        launches = 1 + (split > 1)
+        launches = 1 + (split > 1) + padded_copy
         return {"ctas": ctas, "cta_flops": cta_flops, "per_sm": per_sm, "waves": waves,
                 "compute_us": compute_s * 1e6, "memory_us": memory_s * 1e6, "launches": launches,
                 "time_us": launches * LAUNCH_US + np.maximum(compute_s, memory_s) * 1e6}

@@ -49,19 +49,30 @@ def problem_from_row(row: Any) -> ConvProblem:
 
 
 def read_rows(data_dirs: Iterable[Path | str]) -> tuple[Any, list[dict]]:
-    """All rows of the directories (pandas DataFrame) and their manifests."""
+    """All rows of the directories (pandas DataFrame) and their manifests, each with its ``path``
+    and the ``problems`` and ``rows`` read from it. Several directories are one data set (e.g. two
+    sessions' measurements of the same lists); a problem found in two of them is refused
+    (``ValueError`` naming both): its kernels would mix two sittings' times and count twice."""
     import pandas as pd
 
     frames, manifests = [], []
+    owner: dict[str, str] = {}  # problem key -> the directory it was read from
     for directory in data_dirs:
         directory = Path(directory)
         shards = sorted(directory.glob("rows-*.parquet"))
         if not shards:
             raise FileNotFoundError(f"{directory}: no rows-*.parquet shards")
-        frames.extend(pd.read_parquet(s) for s in shards)
+        frame = pd.concat([pd.read_parquet(s) for s in shards], ignore_index=True)
+        keys = frame["problem_key"].unique().tolist()
+        shared = [k for k in keys if k in owner]
+        if shared:
+            raise ValueError(f"{directory}: {len(shared)} problem(s) also in {owner[shared[0]]} (e.g. {shared[0]}); "
+                             "each measured problem must come from one directory")
+        owner.update(dict.fromkeys(keys, str(directory)))
+        frames.append(frame)
         manifest_file = directory / "manifest.json"
         manifest = json.loads(manifest_file.read_text()) if manifest_file.exists() else {}
-        manifest["path"] = str(directory)
+        manifest.update(path=str(directory), problems=len(keys), rows=len(frame))
         manifests.append(manifest)
     return pd.concat(frames, ignore_index=True), manifests
 
@@ -82,34 +93,45 @@ class ProblemRows:
         return float(self.time_us[self.timed].min()) if self.timed.any() else float("nan")
 
 
-def _time(row: Any) -> float:
-    graph = float(row.graph_us)
-    return graph if graph == graph and graph > 0 else float(row.event_median_us)
+def _time(graph_us: float, event_median_us: float) -> float:
+    graph = float(graph_us)
+    return graph if graph == graph and graph > 0 else float(event_median_us)
 
 
 def problem_rows(frame: Any, *, direction: str | None = None, dtype: str | None = None,
                  include_pruned: bool = False) -> list[ProblemRows]:
-    """Group rows by problem (sorted by key, configs by name: a deterministic order)."""
+    """Group rows by problem (sorted by key, configs by name: a deterministic order). A problem's
+    rows are read in frame order: a kernel's later ``ok`` row replaces an earlier one, a pruned row
+    never replaces one already read; the last ``ok`` cuDNN row of each kind counts."""
+    from types import SimpleNamespace
+
     if direction:
         frame = frame[frame.direction == direction]
     if dtype:
         frame = frame[frame.dtype == dtype]
+    # Plain columns, one pass to group (row-wise pandas access costs seconds on ~10^4 rows).
+    kernels, statuses = frame["kernel"].tolist(), frame["status"].tolist()
+    graph = frame["graph_us"].to_numpy(dtype=np.float64)
+    event = frame["event_median_us"].to_numpy(dtype=np.float64)
+    rows_of: dict[str, list[int]] = {}
+    for i, key in enumerate(frame["problem_key"].tolist()):
+        rows_of.setdefault(key, []).append(i)
     out: list[ProblemRows] = []
-    for key in sorted(frame.problem_key.unique()):
-        rows = frame[frame.problem_key == key]
-        first = next(rows.itertuples())
-        problem = problem_from_row(first)
+    for key in sorted(rows_of):
+        rows = rows_of[key]
+        problem = problem_from_row(SimpleNamespace(**{c: frame[c].iat[rows[0]] for c in _PROBLEM_COLUMNS}))
         by_kernel: dict[str, tuple[float, bool]] = {}
         cudnn = heuristic = float("nan")
-        for row in rows.itertuples():
-            if row.kernel == CUDNN_AUTOTUNED:
-                cudnn = _time(row) if row.status == "ok" else cudnn
-            elif row.kernel == CUDNN_HEURISTIC:
-                heuristic = _time(row) if row.status == "ok" else heuristic
-            elif row.status == "ok" or (include_pruned and row.status == "pruned"):
-                t = _time(row)
-                if t == t and t > 0 and (row.kernel not in by_kernel or row.status == "ok"):
-                    by_kernel[row.kernel] = (t, row.status == "ok")
+        for i in rows:
+            kernel, status = kernels[i], statuses[i]
+            if kernel == CUDNN_AUTOTUNED:
+                cudnn = _time(graph[i], event[i]) if status == "ok" else cudnn
+            elif kernel == CUDNN_HEURISTIC:
+                heuristic = _time(graph[i], event[i]) if status == "ok" else heuristic
+            elif status == "ok" or (include_pruned and status == "pruned"):
+                t = _time(graph[i], event[i])
+                if t == t and t > 0 and (kernel not in by_kernel or status == "ok"):
+                    by_kernel[kernel] = (t, status == "ok")
         if not any(ok for _, ok in by_kernel.values()):
             continue
         names = sorted(by_kernel)
@@ -134,7 +156,8 @@ def manifest_summary(manifests: Sequence[dict]) -> dict[str, Any]:
     """Where and when the data was measured (from the bench manifests)."""
     keep = ("gpu_name", "gpu_sms", "driver", "cuda", "torch", "triton", "cudnn", "date", "rule_set", "arch",
             "git_commit")
-    return {"datasets": [{"path": m.get("path", ""), **{k: m.get(k) for k in keep},
+    return {"datasets": [{"path": m.get("path", ""), "problems": m.get("problems"), "rows": m.get("rows"),
+                          **{k: m.get(k) for k in keep},
                           "max_kernels": m.get("settings", {}).get("max_kernels"),
                           "oracle_only": m.get("settings", {}).get("oracle_only"),
                           "sittings": len(m.get("sittings", []))} for m in manifests],

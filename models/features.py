@@ -11,7 +11,10 @@ candidate configs into an ``(n_configs, n_features)`` float64 array, vectorised 
   64-bit indexing is needed;
 * kernel (``k_``): every field of :class:`KernelConfig` (family one-hot, block sizes, warps,
   stages, ``group_m``, split-K, merge, vec, index64) plus shared-memory and accumulator estimates
-  — distinct kernels never share a row (no aliasing);
+  — distinct kernels never share a row (no aliasing). The one-hot columns exist for igemm, gmerge,
+  gemm1x1 and direct and are looked up by family name; a family without a column (``tma``, or
+  one the engine does not know) has all four at 0 and its interaction features take the cost view
+  ``models.analytic`` gives it (igemm's for tma, plus its padded input copy);
 * interaction (``x_``): tile quantisation per GEMM dimension ``dim / (ceil(dim / block)·block)``,
   CTAs, resident CTAs per SM, waves ``ctas / (SMs·per_sm)`` and last-wave fill, reduction steps
   per CTA, executed / useful FLOPs, bytes and FLOPs per CTA tile, and the analytic fallback's
@@ -61,6 +64,10 @@ KERNEL_FEATURES = (
     "k_igemm", "k_gmerge", "k_gemm1x1", "k_direct", "k_block_m", "k_block_n", "k_block_k", "k_num_warps",
     "k_num_stages", "k_group_m", "k_split_k", "k_merge", "k_vec", "k_index64", "k_smem_bytes", "k_acc_registers",
 )
+
+#: The families with a one-hot column (``k_<family>``), looked up by name in the config table's
+#: family codes (``analytic.FAMILY_CODES``), never by position in the ``Family`` enum.
+ONE_HOT_FAMILIES = ("igemm", "gmerge", "gemm1x1", "direct")
 
 _ANALYTIC = f"analytic_v{analytic.VERSION}"
 
@@ -176,7 +183,8 @@ class FeatureEngine:
         t = table.columns
         fam = t["family"]
         bm, bn, bk, warps, stages = t["block_m"], t["block_n"], t["block_k"], t["num_warps"], t["num_stages"]
-        cols = (fam == 0, fam == 1, fam == 2, fam == 3, bm, bn, bk, warps, stages, t["group_m"], t["split_k"],
+        one_hot = tuple(fam == analytic.FAMILY_CODES[name] for name in ONE_HOT_FAMILIES)
+        cols = (*one_hot, bm, bn, bk, warps, stages, t["group_m"], t["split_k"],
                 t["merge"], t["vec"], t["index64"], t["smem"], bm * bn // (32 * warps))
         return np.column_stack([np.asarray(c, dtype=np.float64) for c in cols])
 
@@ -184,7 +192,7 @@ class FeatureEngine:
         t = table.columns
         bm, bn, bk = t["block_m"], t["block_n"], t["block_k"]
         split, merge = t["split_k"], t["merge"]
-        direct = t["family"] == 3
+        direct = t["cuda_core"] == 1  # the direct (CUDA-core) view, as in analytic.py
         cg, kg, taps = p.c_per_group, p.k_per_group, p.filter_taps
         out_pos = p.batch * math.prod(p.output_size)
         in_pos = p.batch * math.prod(p.input_size)
@@ -216,7 +224,8 @@ class FeatureEngine:
         itemsize = p.dtype.itemsize
         cta_bytes = np.where(direct, (bm + bn) * itemsize * np.maximum(taps, 1),
                              (bm + bn) * k_steps * bk * itemsize)
-        merge_fill = np.where(t["family"] == 1, np.minimum(1.0, merge * np.maximum(cg, kg) / np.maximum(bn, 1)), 1.0)
+        merge_fill = np.where(t["family"] == analytic.FAMILY_CODES["gmerge"],
+                              np.minimum(1.0, merge * np.maximum(cg, kg) / np.maximum(bn, 1)), 1.0)
         bound_us = max(p.flops / (self.spec.peak_tflops(p.dtype) * 1e12),
                        p.min_bytes / (self.spec.memory_bandwidth_gbs * 1e9)) * 1e6
         cols = (eff_m, eff_n, eff_k, eff_m * eff_n * eff_k, _log(ctas), per_sm, waves, last_fill, _log(k_steps),

@@ -1,9 +1,11 @@
-"""Compiled-free fast inference of a LightGBM regression model: all trees as flat numpy arrays,
-traversed together, one level per step, for all candidate rows at once.
+"""Compiled-free fast inference of a LightGBM model — the regressor or the LambdaRank ranker of an
+artifact: all trees as flat numpy arrays, traversed together, one level per step, for all candidate
+rows at once.
 
 LightGBM's numerical split sends a row left when ``x <= threshold`` (``decision_type "<="``); the
-prediction is the sum over trees of the reached leaf values (the first tree carries the boost-from-
-average offset). For finite inputs and splits with ``missing_type`` ``None`` or ``NaN`` this is
+raw score is the sum over trees of the reached leaf values (for a regressor the first tree carries
+the boost-from-average offset; a ranker's raw score is its ranking score: neither objective
+transforms it). For finite inputs and splits with ``missing_type`` ``None`` or ``NaN`` this is
 exactly what ``Booster.predict`` computes (tested to 1e-12); models with categorical splits or
 ``Zero`` missing handling are refused at load (training never makes them).
 

@@ -4,7 +4,15 @@
 
 * ``feature_spec.json``: ordered ``feature_names`` the model was trained on, ``target`` (``log_us``),
   ``schema_version``, ``arch``/``device``, ``dtype``, ``direction``, ``name``, ``version``;
-* ``model.txt``: the LightGBM model (its own feature names must equal the spec's).
+* ``model.txt``: the LightGBM regressor (its own feature names must equal the spec's);
+* ``ranker.txt`` (``artifact_format`` 2 only): a LightGBM LambdaRank ranker on the same features.
+
+Artifact formats (``artifact_format`` in ``feature_spec.json``; absent means 1): **1** the
+regressor alone, which both predicts and orders (ascending predicted µs); **2** the regressor and
+a ranker: the regressor still predicts the µs the service reports, the ranker's scores order the
+candidates (descending score; ``models/train.py`` says how its relevance labels are graded). A
+format-2 folder whose ``ranker.txt`` is missing, unreadable or not a ranking model is refused
+with :class:`ModelLoadError` naming that file; a format this loader does not know is refused too.
 
 The model's features are located in the current engine's row **by name** (an index map), so a
 model trained on an older, smaller feature set keeps loading after the engine has grown. A model
@@ -16,6 +24,8 @@ picks the newest version among the covering ones (``server/predictors.py::ModelS
 Inference: features for all candidates at once (``FeatureEngine.build``), the model's columns
 taken by the index map, then the trees evaluated together in numpy (:mod:`models.forest`,
 identical to ``Booster.predict`` for finite inputs): ``predicted_us = exp(raw score)``.
+:meth:`TrainedPredictor.rank` (and :func:`rank` for any predictor) returns the order and the µs
+from one feature matrix: ranker and regressor share it.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +46,12 @@ from tiledispatch.native.configs import KernelConfig
 from tiledispatch.native.problem import ConvProblem, Direction, DType
 
 SUPPORTED_TARGETS = ("log_us",)
+REGRESSOR_FILE = "model.txt"
+RANKER_FILE = "ranker.txt"
+#: ``artifact_format`` → the model files a folder of that format holds.
+ARTIFACT_FORMATS: dict[int, tuple[str, ...]] = {1: (REGRESSOR_FILE,), 2: (REGRESSOR_FILE, RANKER_FILE)}
+#: LightGBM objectives whose raw score orders a query's rows (and means nothing as a time).
+RANKING_OBJECTIVES = ("lambdarank", "rank_xendcg")
 
 
 class ModelLoadError(ValueError):
@@ -50,11 +67,79 @@ def _read_json(path: Path) -> dict[str, Any]:
         raise ModelLoadError(f"{path}: not valid JSON ({error})") from None
 
 
-def _model_feature_names(model_text: str) -> list[str]:
+def _header_field(model_text: str, key: str, file: Path) -> str:
+    """A ``key=value`` line of a LightGBM model text's header (before the first tree)."""
     for line in model_text.splitlines():
-        if line.startswith("feature_names="):
-            return line.split("=", 1)[1].split()
-    raise ModelLoadError("model.txt: no feature_names line (not a LightGBM model text file?)")
+        if line.startswith(f"{key}="):
+            return line.split("=", 1)[1]
+        if line.startswith("Tree="):
+            break
+    raise ModelLoadError(f"{file}: no {key} line (not a LightGBM model text file?)")
+
+
+def _check_tree_section(text: str, file: Path) -> None:
+    """LightGBM aborts the whole process (no Python exception) on a tree section cut short, so a
+    damaged file is refused before it reaches the library: the header's ``tree_sizes`` (bytes of
+    each ``Tree=i`` block) must add up to the bytes from the first block to ``end of trees``."""
+    try:
+        total = sum(int(size) for size in _header_field(text, "tree_sizes", file).split())
+    except ValueError:
+        raise ModelLoadError(f"{file}: tree_sizes is not a list of byte counts") from None
+    data = text.encode()
+    end = data.find(b"\nend of trees\n")
+    start = data.find(b"\nTree=0\n") if total else end
+    if end < 0 or start < 0 or end - start != total:
+        raise ModelLoadError(f"{file}: damaged or truncated: its tree blocks do not add up to the {total} bytes its "
+                             "tree_sizes line lists before 'end of trees'")
+
+
+def _load_forest(file: Path, names: Sequence[str], *, ranking: bool) -> Forest:
+    """The numpy forest of one LightGBM model text file, checked against the spec: same feature
+    names, and a ranking objective exactly when ``ranking`` (a ranker's score is no time, a
+    regressor's no ranking score: swapped files must not load)."""
+    import lightgbm as lgb
+
+    try:
+        text = file.read_text()
+    except FileNotFoundError:
+        raise ModelLoadError(f"{file}: missing") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ModelLoadError(f"{file}: unreadable ({error})") from None
+    if _header_field(text, "feature_names", file).split() != list(names):
+        raise ModelLoadError(f"{file}: its feature names differ from feature_spec.json's")
+    objective = _header_field(text, "objective", file).split()[0]
+    if (objective in RANKING_OBJECTIVES) != ranking:
+        want = f"a ranking objective {RANKING_OBJECTIVES}" if ranking else "a regression objective"
+        raise ModelLoadError(f"{file}: objective {objective!r}, expected {want}")
+    _check_tree_section(text, file)
+    try:
+        booster = lgb.Booster(model_str=text)
+        return Forest.from_dump(booster.dump_model())
+    except (lgb.basic.LightGBMError, ForestError) as error:
+        raise ModelLoadError(f"{file}: {error}") from None
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """One problem's candidates ranked, best first.
+
+    ``order[i]`` is the index (into the configs given) of the i-th best candidate; ``predicted_us``
+    and ``score`` follow the configs' order. ``by == "ranker"``: ``score`` is the ranker's raw score
+    and ``order`` sorts it descending; ``by == "predicted_us"``: ``score = −predicted_us``, so
+    ``order`` sorts the predicted times ascending. Ties keep the configs' order (a stable sort: the
+    same candidates always rank the same way)."""
+
+    order: np.ndarray         # int64, a permutation of range(len(configs))
+    predicted_us: np.ndarray  # float64, per config
+    score: np.ndarray         # float64, per config; higher ranks first
+    by: str                   # "ranker" or "predicted_us"
+
+    @classmethod
+    def of(cls, predicted_us: np.ndarray, ranker_score: np.ndarray | None = None) -> Ranking:
+        if ranker_score is None:
+            return cls(np.argsort(predicted_us, kind="stable"), predicted_us, -predicted_us, "predicted_us")
+        # argsort(−s) keeps ties in config order, as argsort(predicted_us) does.
+        return cls(np.argsort(-ranker_score, kind="stable"), predicted_us, ranker_score, "ranker")
 
 
 class TrainedPredictor:
@@ -63,7 +148,7 @@ class TrainedPredictor:
     kind = "trained"
 
     def __init__(self, folder: Path, spec: dict[str, Any], forest: Forest, engine: FeatureEngine,
-                 columns: np.ndarray, manifest: dict[str, Any]):
+                 columns: np.ndarray, manifest: dict[str, Any], ranker: Forest | None = None):
         self.folder = folder
         self.spec = spec
         self.name = str(spec["name"])
@@ -75,15 +160,25 @@ class TrainedPredictor:
         self.feature_names = tuple(spec["feature_names"])
         self.feature_count = len(self.feature_names)
         self.schema_version = int(spec.get("schema_version", 0))
-        self.forest = forest
+        self.artifact_format = int(spec.get("artifact_format", 1))
+        self.forest = forest    # the regressor: log µs
+        self.ranker = ranker    # format 2: orders the candidates (None: the regressor orders)
         self.engine = engine
         self.columns = columns
         self.manifest = manifest
-        cv = manifest.get("cv", {}).get("overall", {})
+        # The CV efficiency of whichever model orders the candidates.
+        cv = (manifest.get("ranker", {}) if ranker is not None else manifest).get("cv", {}).get("overall", {})
         gpus = ", ".join(manifest.get("gpus", []))
-        self.description = (f"LightGBM, {forest.num_trees} trees, {self.feature_count} features (schema "
+        trees = (f"regressor {forest.num_trees} trees + LambdaRank ranker {ranker.num_trees} trees"
+                 if ranker is not None else f"{forest.num_trees} trees")
+        self.description = (f"LightGBM, {trees}, {self.feature_count} features (schema "
                             f"{self.schema_version}), {manifest.get('problems', '?')} problems measured on "
                             f"{gpus or '?'}" + (f"; CV mean efficiency {cv['mean']:.3f}" if "mean" in cv else ""))
+
+    @property
+    def ranked_by(self) -> str:
+        """What orders the candidates: ``"ranker"`` or ``"predicted_us"``."""
+        return "ranker" if self.ranker is not None else "predicted_us"
 
     def covers(self, arch: str, dtype: DType | str, direction: Direction | str) -> bool:
         try:
@@ -97,25 +192,49 @@ class TrainedPredictor:
         """The model's own feature matrix (its columns, in its order)."""
         return self.engine.build(problem, configs).take(self.columns, axis=1)
 
-    def predict_us(self, problem: ConvProblem, configs: Sequence[KernelConfig] | ConfigTable) -> np.ndarray:
-        """Predicted microseconds of each config on ``problem``, in the order given."""
-        if len(configs) == 0:
-            return np.empty(0)
+    def _checked_features(self, problem: ConvProblem, configs: Sequence[KernelConfig] | ConfigTable) -> np.ndarray:
         x = self.features(problem, configs)
         if not np.isfinite(x).all():
             raise ValueError(f"non-finite features for {problem.key}")
-        return np.exp(self.forest.predict(x))
+        return x
+
+    def predict_us(self, problem: ConvProblem, configs: Sequence[KernelConfig] | ConfigTable) -> np.ndarray:
+        """Predicted microseconds of each config on ``problem`` (the regressor), in the order given."""
+        if len(configs) == 0:
+            return np.empty(0)
+        return np.exp(self.forest.predict(self._checked_features(problem, configs)))
+
+    def rank(self, problem: ConvProblem, configs: Sequence[KernelConfig] | ConfigTable) -> Ranking:
+        """The candidates best first — by the ranker's score when the artifact has one, else by
+        predicted µs — with every candidate's predicted µs (the regressor's), from one feature matrix."""
+        if len(configs) == 0:
+            return Ranking.of(np.empty(0), None if self.ranker is None else np.empty(0))
+        x = self._checked_features(problem, configs)
+        predicted = np.exp(self.forest.predict(x))
+        return Ranking.of(predicted, None if self.ranker is None else self.ranker.predict(x))
+
+
+def rank(predictor: Any, problem: ConvProblem, configs: Sequence[KernelConfig]) -> Ranking:
+    """Any predictor's ranking of ``configs`` on ``problem``: its own :meth:`~TrainedPredictor.rank`
+    where it has one (trained models: the ranker's order when present), else ascending predicted µs
+    (the analytic model). What selection should sort by."""
+    own = getattr(predictor, "rank", None)
+    if callable(own):
+        return own(problem, configs)
+    return Ranking.of(np.asarray(predictor.predict_us(problem, configs), dtype=np.float64))
 
 
 def load(path: Path | str, engine: FeatureEngine | None = None) -> TrainedPredictor:
     """Load ``<models-dir>/<name>/<version>/``; raise :class:`ModelLoadError` with the reason."""
-    import lightgbm as lgb
-
     folder = Path(path)
     spec = _read_json(folder / "feature_spec.json")
     for key in ("name", "version", "arch", "dtype", "direction", "feature_names", "target"):
         if key not in spec:
             raise ModelLoadError(f"{folder / 'feature_spec.json'}: missing {key!r}")
+    artifact_format = spec.get("artifact_format", 1)
+    if type(artifact_format) is not int or artifact_format not in ARTIFACT_FORMATS:
+        raise ModelLoadError(f"{folder / 'feature_spec.json'}: artifact_format {artifact_format!r} is not one of "
+                             f"{sorted(ARTIFACT_FORMATS)} (written by a newer trainer?)")
     if spec["target"] not in SUPPORTED_TARGETS:
         raise ModelLoadError(f"{folder}: target {spec['target']!r} is not one of {SUPPORTED_TARGETS}")
     schema = int(spec.get("schema_version", 0))
@@ -127,22 +246,13 @@ def load(path: Path | str, engine: FeatureEngine | None = None) -> TrainedPredic
     if missing:
         raise ModelLoadError(f"{folder}: the model needs feature(s) {missing} that this feature engine "
                              f"(schema {SCHEMA_VERSION}) no longer makes; retrain it or restore the feature(s)")
-    model_file = folder / "model.txt"
-    try:
-        text = model_file.read_text()
-    except FileNotFoundError:
-        raise ModelLoadError(f"{model_file}: missing") from None
-    if _model_feature_names(text) != names:
-        raise ModelLoadError(f"{model_file}: its feature names differ from feature_spec.json's")
-    try:
-        booster = lgb.Booster(model_str=text)
-        forest = Forest.from_dump(booster.dump_model())
-    except (lgb.basic.LightGBMError, ForestError) as error:
-        raise ModelLoadError(f"{model_file}: {error}") from None
+    forest = _load_forest(folder / REGRESSOR_FILE, names, ranking=False)
+    ranker = (_load_forest(folder / RANKER_FILE, names, ranking=True)
+              if RANKER_FILE in ARTIFACT_FORMATS[artifact_format] else None)
     manifest_file = folder / "train_manifest.json"
     manifest = _read_json(manifest_file) if manifest_file.exists() else {}
     columns = np.array([engine.index[n] for n in names], dtype=np.int64)
-    return TrainedPredictor(folder, spec, forest, engine, columns, manifest)
+    return TrainedPredictor(folder, spec, forest, engine, columns, manifest, ranker)
 
 
 def version_key(version: str) -> tuple:

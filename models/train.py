@@ -10,16 +10,39 @@ the mean best iteration count of the folds (at most ``max_trees``).
 
 Deterministic: fixed seeds, ``deterministic=True``, ``force_col_wise``, one thread, no bagging, rows
 in a fixed order (problems sorted by key, kernels by name) — the same data gives the same
-``model.txt`` byte for byte.
+``model.txt`` byte for byte. Several ``--data`` folders (e.g. two sessions' measurements of the same
+lists) are one data set, read by ``models.dataset.read_rows``: a problem found in two of them is
+refused, and their order does not matter; the manifest lists each folder with its problems and rows.
 
-Artifacts: ``<out>/<name>/<version>/model.txt``, ``feature_spec.json`` (ordered feature names,
-target transform, schema version, arch/dtype/direction), ``train_manifest.json`` (data hash, rows,
-problems, where/when the data was measured, date, git commit, parameters, CV metrics).
+Ranker (``--objective lambdarank``, artifact format 2): besides the regressor, a LightGBM
+LambdaRank model orders the candidates of a problem (query group = one problem, its rows in the
+matrix order). Its relevance labels are graded from the measured times: for row ``r`` of problem
+``p`` with time ``t_r`` and ``t*_p`` the problem's fastest fully timed kernel,
+
+    e_r = min(1, t*_p / t_r)               (the efficiency of picking r)
+    grade_r = round(G · e_r)               (G = ``rank_grades``, 100: grades are efficiency in %)
+    gain(grade) = (grade / G) ** q         (q = ``rank_gain_power``, 2; LightGBM ``label_gain``)
+
+so NDCG@1 of a problem is ``e(pick)^q`` quantised to 1/G: early stopping on NDCG@``rank_eval_at``
+(1) stops on the mean squared efficiency of the top pick, the quantity selection is judged by.
+Pruned rows (event estimates, ≥ 1.5× the best so far) grade by their estimate, clipped at 1. The
+grading (G, q, NDCG@1) was chosen on the training rows only, by out-of-fold efficiency averaged over
+four fold seeds (fwd and bwd_data; never on the validation problems). The ranker is cross-validated
+like the regressor (same folds, its own early stopping; its out-of-fold picks are the highest
+score) and refitted on every row for its folds' mean best iteration. The regressor keeps
+predicting µs (what the service reports); the ranker's score only orders (higher = faster).
+
+Artifacts: ``<out>/<name>/<version>/model.txt`` (regressor), ``ranker.txt`` (format 2 only),
+``feature_spec.json`` (artifact format, ordered feature names, target transform, schema version,
+arch/dtype/direction, the ranker's grading), ``train_manifest.json`` (data hash, rows, problems,
+where/when the data was measured, date, git commit, parameters, CV metrics of each model, the
+command that rebuilds every model file byte for byte).
 
 CLI::
 
     python -m tiledispatch.models.train --data DIR [DIR ...] --direction fwd --dtype bf16 \\
-        --out models/artifacts [--version 1] [--exclude models/data/problems/validation_fwd.json]
+        --out models/artifacts [--version 1] [--exclude models/data/problems/validation_fwd.json] \\
+        [--objective lambdarank]
 """
 
 from __future__ import annotations
@@ -42,10 +65,15 @@ import numpy as np
 from tiledispatch.models import metrics
 from tiledispatch.models.dataset import ProblemRows, data_hash, manifest_summary, problem_rows, read_rows
 from tiledispatch.models.features import FEATURE_SETS, FeatureEngine
+from tiledispatch.models.predictor import RANKER_FILE, REGRESSOR_FILE
 from tiledispatch.native.arch import get_arch
 from tiledispatch.native.problem import Direction, DType
 
 TARGET = "log_us"
+
+#: ``--objective``: what an artifact holds. ``regression``: the regressor only (artifact format 1);
+#: ``lambdarank``: the regressor and a LambdaRank ranker that orders the candidates (format 2).
+OBJECTIVES = {"regression": 1, "lambdarank": 2}
 
 
 @dataclass(frozen=True)
@@ -64,6 +92,34 @@ class TrainSettings:
     num_threads: int = 1
     group_by: str = "key"  # "key" (whole problem tuple) or "shape" (all batches of a convolution)
     include_pruned: bool = False
+    objective: str = "regression"  # a key of OBJECTIVES; "lambdarank" adds the ranker
+    rank_grades: int = 100      # G: grade = round(G · t*/t)
+    rank_gain_power: float = 2.0  # q: gain(grade) = (grade / G) ** q
+    rank_eval_at: int = 1       # early stopping of the ranker on NDCG@k
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective: {self.objective!r} is not one of {sorted(OBJECTIVES)}")
+        if self.rank_grades < 1:
+            raise ValueError(f"rank_grades: must be >= 1 (grade = round(rank_grades · t*/t)), got {self.rank_grades}")
+        if not self.rank_gain_power > 0:
+            raise ValueError(f"rank_gain_power: must be > 0 (gains must grow with the grade), "
+                             f"got {self.rank_gain_power}")
+        if self.rank_eval_at < 1:
+            raise ValueError(f"rank_eval_at: must be >= 1 (NDCG@k of the held-out fold), got {self.rank_eval_at}")
+
+    @property
+    def artifact_format(self) -> int:
+        return OBJECTIVES[self.objective]
+
+    def label_gain(self) -> list[float]:
+        """LightGBM ``label_gain``: gain of grade ``g`` is ``(g / G) ** q``."""
+        return [(g / self.rank_grades) ** self.rank_gain_power for g in range(self.rank_grades + 1)]
+
+    def ranker_params(self) -> dict[str, Any]:
+        """The regressor's tree settings with the LambdaRank objective and the graded gains."""
+        return {**self.lgb_params(), "objective": "lambdarank", "metric": "ndcg", "eval_at": [self.rank_eval_at],
+                "label_gain": self.label_gain()}
 
     def lgb_params(self) -> dict[str, Any]:
         return {"objective": "regression", "metric": "l2", "num_leaves": self.num_leaves,
@@ -94,6 +150,17 @@ def build_matrix(problems: Sequence[ProblemRows], engine: FeatureEngine) -> Matr
                   problems=list(problems))
 
 
+def relevance(m: Matrix, grades: int) -> np.ndarray:
+    """Per row: ``round(grades · min(1, t*_p / t_r))`` (int64), ``t*_p`` the fastest fully timed
+    kernel of the row's problem — ``grades`` for the measured best, 0 for a kernel ``2·grades``
+    times slower."""
+    out = np.empty(len(m.y), dtype=np.int64)
+    for i, pr in enumerate(m.problems):
+        efficiency = np.minimum(1.0, pr.oracle_us / pr.time_us)
+        out[m.offsets[i]:m.offsets[i + 1]] = np.rint(grades * efficiency).astype(np.int64)
+    return out
+
+
 def group_of(pr: ProblemRows, group_by: str) -> str:
     if group_by == "shape":
         return "|".join(part for part in pr.problem.shape_key.split("|") if not part.startswith("n"))
@@ -120,38 +187,60 @@ def selection_picks(m: Matrix, predicted: np.ndarray) -> list[metrics.Pick]:
     return picks
 
 
-def cross_validate(m: Matrix, settings: TrainSettings, names: Sequence[str]) -> tuple[dict[str, Any], int]:
-    """Out-of-fold selection metrics and the mean best iteration."""
+def _dataset(m: Matrix, rows: np.ndarray, problems: np.ndarray, labels: np.ndarray, ranker: bool, **kwargs) -> Any:
+    """The LightGBM dataset of the selected rows; a ranker's query groups are their problems (rows
+    of one problem are contiguous in the matrix, so the group sizes follow in problem order)."""
+    import lightgbm as lgb
+
+    group = np.diff(m.offsets)[problems] if ranker else None
+    return lgb.Dataset(m.x[rows], labels[rows], group=group, **kwargs)
+
+
+def cross_validate(m: Matrix, settings: TrainSettings, names: Sequence[str], *,
+                   ranker: bool = False) -> tuple[dict[str, Any], int]:
+    """Out-of-fold selection metrics and the mean best iteration, of the regressor (pick = lowest
+    predicted µs) or of the ranker (``ranker``: pick = highest score)."""
     import lightgbm as lgb
 
     groups = [group_of(pr, settings.group_by) for pr in m.problems]
     fold = group_folds(groups, settings.folds, settings.seed)
+    labels = relevance(m, settings.rank_grades) if ranker else m.y
+    params = settings.ranker_params() if ranker else settings.lgb_params()
     oof = np.full(len(m.y), np.nan)
     best: list[int] = []
     for k in range(settings.folds):
-        test_rows = _rows(m, fold == k)
+        test_problems = fold == k
+        test_rows = _rows(m, test_problems)
         if not test_rows.any() or test_rows.all():
             continue
-        train_set = lgb.Dataset(m.x[~test_rows], m.y[~test_rows], feature_name=list(names), free_raw_data=True)
-        valid_set = lgb.Dataset(m.x[test_rows], m.y[test_rows], reference=train_set)
-        booster = lgb.train(settings.lgb_params(), train_set, num_boost_round=settings.max_trees,
-                            valid_sets=[valid_set],
+        train_set = _dataset(m, ~test_rows, ~test_problems, labels, ranker, feature_name=list(names),
+                             free_raw_data=True)
+        valid_set = _dataset(m, test_rows, test_problems, labels, ranker, reference=train_set)
+        booster = lgb.train(params, train_set, num_boost_round=settings.max_trees, valid_sets=[valid_set],
                             callbacks=[lgb.early_stopping(settings.early_stopping, verbose=False)])
         best.append(booster.best_iteration or settings.max_trees)
         oof[test_rows] = booster.predict(m.x[test_rows], num_iteration=booster.best_iteration)
-    picks = selection_picks(m, oof)
-    labels = [pr.problem.class_label for pr in m.problems]
-    rmse = float(np.sqrt(np.mean((oof - m.y) ** 2)))
-    report = {"folds": settings.folds, "group_by": settings.group_by, "best_iterations": best,
-              "oof_rmse_log_us": rmse, "overall": metrics.summarize(picks), "by_class": metrics.by_label(labels, picks)}
+    # The selector picks the lowest predicted time; a ranker's best is its highest score.
+    picks = selection_picks(m, -oof if ranker else oof)
+    classes = [pr.problem.class_label for pr in m.problems]
+    report: dict[str, Any] = {"folds": settings.folds, "group_by": settings.group_by, "best_iterations": best}
+    if ranker:
+        report["early_stopping_metric"] = f"ndcg@{settings.rank_eval_at}"
+    else:
+        report["oof_rmse_log_us"] = float(np.sqrt(np.mean((oof - m.y) ** 2)))
+    report.update({"overall": metrics.summarize(picks), "by_class": metrics.by_label(classes, picks)})
     return report, int(round(np.mean(best))) if best else settings.max_trees
 
 
-def fit(m: Matrix, settings: TrainSettings, names: Sequence[str], trees: int) -> Any:
+def fit(m: Matrix, settings: TrainSettings, names: Sequence[str], trees: int, *, ranker: bool = False) -> Any:
+    """The final model on every row: the regressor (target log µs), or the ranker (``ranker``)."""
     import lightgbm as lgb
 
-    train_set = lgb.Dataset(m.x, m.y, feature_name=list(names), free_raw_data=True)
-    return lgb.train(settings.lgb_params(), train_set, num_boost_round=trees)
+    labels = relevance(m, settings.rank_grades) if ranker else m.y
+    train_set = lgb.Dataset(m.x, labels, group=np.diff(m.offsets) if ranker else None, feature_name=list(names),
+                            free_raw_data=True)
+    return lgb.train(settings.ranker_params() if ranker else settings.lgb_params(), train_set,
+                     num_boost_round=trees)
 
 
 def model_name(arch: str, dtype: DType, direction: Direction) -> str:
@@ -216,27 +305,39 @@ def train_artifact(data_dirs: Sequence[Path], direction: Direction, dtype: DType
     started = time.time()
     cv, trees = cross_validate(m, settings, names)
     booster = fit(m, settings, names, trees)
+    ranker = ranker_cv = None
+    if settings.objective == "lambdarank":
+        ranker_cv, ranker_trees = cross_validate(m, settings, names, ranker=True)
+        ranker = fit(m, settings, names, ranker_trees, ranker=True)
     name = name or model_name(arch, dtype, direction)
     folder = Path(out) / name / version
     # Written in full outside the <name>/<version> pattern the model store globs, then swapped in.
     staging = Path(out) / f".staging-{os.getpid()}" / name / version
     shutil.rmtree(staging.parents[1], ignore_errors=True)
     staging.mkdir(parents=True)
-    (staging / "model.txt").write_text(booster.model_to_string())
+    (staging / REGRESSOR_FILE).write_text(booster.model_to_string())
+    if ranker is not None:
+        (staging / RANKER_FILE).write_text(ranker.model_to_string())
     import lightgbm
 
-    spec = {"name": name, "version": version, "kind": "trained", "schema_version": schema,
-            "feature_names": names, "target": TARGET, "target_transform": "predicted_us = exp(raw score)",
-            "arch": get_arch(arch).arch, "device": get_arch(arch).name, "dtype": dtype.value,
-            "direction": direction.value, "lightgbm": lightgbm.__version__, "num_trees": booster.num_trees()}
+    spec = {"name": name, "version": version, "kind": "trained", "artifact_format": settings.artifact_format,
+            "schema_version": schema, "feature_names": names, "target": TARGET,
+            "target_transform": "predicted_us = exp(raw score)", "arch": get_arch(arch).arch,
+            "device": get_arch(arch).name, "dtype": dtype.value, "direction": direction.value,
+            "lightgbm": lightgbm.__version__, "num_trees": booster.num_trees()}
+    if ranker is not None:
+        spec["ranker"] = ranker_spec(settings, ranker.num_trees())
     (staging / "feature_spec.json").write_text(json.dumps(spec, indent=2) + "\n")
     manifest = {"name": name, "version": version, "data_hash": data_hash(problems), "rows": int(len(m.y)),
                 "problems": len(problems), "timed_rows": int(sum(pr.timed.sum() for pr in problems)),
                 **manifest_summary(manifests), "direction": direction.value, "dtype": dtype.value,
                 "arch": get_arch(arch).arch, "excluded_shapes_from": [str(p) for p in exclude],
                 "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "git_commit": _git_commit(),
+                "artifact_format": settings.artifact_format,
                 "settings": dataclasses.asdict(settings), "trees": booster.num_trees(),
                 "train_seconds": round(time.time() - started, 1), "cv": cv,
+                **({"ranker": {"file": RANKER_FILE, "trees": ranker.num_trees(), "cv": ranker_cv}}
+                   if ranker is not None else {}),
                 "command": (f"python -m tiledispatch.models.train --data {' '.join(map(str, data_dirs))} "
                             f"--direction {direction.value} --dtype {dtype.value} --arch {arch} --out {out} "
                             f"--version {version}" + (f" --name {name}" if name != model_name(arch, dtype, direction)
@@ -246,11 +347,24 @@ def train_artifact(data_dirs: Sequence[Path], direction: Direction, dtype: DType
                             + settings_flags(settings))}
     (staging / "train_manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     _publish(staging, folder)
-    o = cv["overall"]
-    log(f"train: {name}/{version}: {len(problems)} problems, {len(m.y)} rows, {booster.num_trees()} trees; "
-        f"CV mean {o['mean']:.4f} p10 {o['p10']:.4f} min {o['min']:.4f} top1 {o['top1']:.3f} top5 {o['top5']:.3f}"
-        f" -> {folder}")
+    log(f"train: {name}/{version}: {len(problems)} problems, {len(m.y)} rows; regressor {booster.num_trees()} "
+        f"trees, CV {_cv_line(cv)}" + (f"; ranker {ranker.num_trees()} trees, CV {_cv_line(ranker_cv)}"
+                                       if ranker is not None else "") + f" -> {folder}")
     return folder
+
+
+def _cv_line(cv: dict[str, Any]) -> str:
+    o = cv["overall"]
+    return f"mean {o['mean']:.4f} p10 {o['p10']:.4f} min {o['min']:.4f} top1 {o['top1']:.3f} top5 {o['top5']:.3f}"
+
+
+def ranker_spec(settings: TrainSettings, trees: int) -> dict[str, Any]:
+    """What ``feature_spec.json`` says about the ranker: its file and how its labels were graded."""
+    return {"file": RANKER_FILE, "objective": "lambdarank", "num_trees": trees, "query": "one problem",
+            "score": "raw score; higher ranks first; orders candidates only (no unit)",
+            "relevance": "grade = round(grades * min(1, t_best / t)), t_best = the problem's fastest timed kernel",
+            "grades": settings.rank_grades, "label_gain": "(grade / grades) ** gain_power",
+            "gain_power": settings.rank_gain_power, "early_stopping": f"ndcg@{settings.rank_eval_at}"}
 
 
 def _publish(staging: Path, folder: Path) -> None:
@@ -285,9 +399,14 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(f.default, bool):
             parser.add_argument(flag, action="store_true", default=f.default)
         else:
-            parser.add_argument(flag, type=type(f.default), default=f.default)
+            # --objective lambdarank: the regressor and a ranker in one artifact (format 2).
+            parser.add_argument(flag, type=type(f.default), default=f.default,
+                                choices=sorted(OBJECTIVES) if f.name == "objective" else None)
     args = parser.parse_args(argv)
-    settings = TrainSettings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainSettings)})
+    try:
+        settings = TrainSettings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainSettings)})
+    except ValueError as error:
+        parser.error(str(error))
     train_artifact(args.data, Direction.parse(args.direction), DType.parse(args.dtype), args.out, arch=args.arch,
                    version=args.version, name=args.name, settings=settings, feature_set=args.feature_set,
                    exclude=args.exclude)

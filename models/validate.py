@@ -4,7 +4,11 @@ For every measured validation problem (every applicable kernel timed, so the ora
 best) and each direction, three selectors are scored against the measured oracle:
 
 * the trained model the server would choose for (arch, dtype, direction): newest covering version
-  (``server/predictors.py::ModelStore.choose``), ranking the measured kernels;
+  (``server/predictors.py::ModelStore.choose``), ranking the measured kernels — by its LambdaRank
+  ranker when the artifact has one (format 2, ``models.predictor.rank``: the pick is the highest
+  ranker score), else by its predicted µs; for a format-2 artifact the same candidates ranked by
+  its regressor's µs are scored too ("trained, regressor order"), so one report shows what the
+  ranker adds;
 * the analytic fallback (``models/analytic.py``) on the same candidates;
 * cuDNN's own heuristic: ``cudnn.benchmark=False`` time against cuDNN's autotuned
   (``benchmark=True``) time on the same problem (rows ``cudnn_heuristic`` and ``cudnn``); its
@@ -37,7 +41,7 @@ import numpy as np
 from tiledispatch.models import metrics
 from tiledispatch.models.analytic import AnalyticPredictor
 from tiledispatch.models.dataset import ProblemRows, manifest_summary, problem_rows, read_rows
-from tiledispatch.models.predictor import newest_covering
+from tiledispatch.models.predictor import newest_covering, rank
 from tiledispatch.native.arch import get_arch
 from tiledispatch.native.bench import PRUNE_FACTOR
 from tiledispatch.native.problem import Direction, DType
@@ -64,6 +68,9 @@ class DirectionResult:
     labels: list[str] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
     trained: list[metrics.Pick] = field(default_factory=list)
+    #: Format-2 artifacts only: the picks of the same artifact's regressor (lowest predicted µs).
+    trained_regressor_order: list[metrics.Pick] = field(default_factory=list)
+    ranked_by: str = ""  # what ordered the trained picks: "ranker" or "predicted_us"
     analytic: list[metrics.Pick] = field(default_factory=list)
     cudnn: list[metrics.Pick] = field(default_factory=list)
     cudnn_labels: list[str] = field(default_factory=list)
@@ -82,9 +89,13 @@ def evaluate(problems: Sequence[ProblemRows], model: Any, analytic: AnalyticPred
         r.sources.append(source_of.get(pr.problem.shape_key, "unknown"))
         r.analytic.append(metrics.pick_from_scores(pr.time_us, pr.timed, analytic.predict_us(pr.problem, pr.configs)))
         if model is not None:
-            predicted = model.predict_us(pr.problem, pr.configs)
-            r.trained.append(metrics.pick_from_scores(pr.time_us, pr.timed, predicted))
-            r.predicted_us.append(predicted)
+            ranking = rank(model, pr.problem, pr.configs)
+            r.ranked_by = ranking.by
+            r.trained.append(metrics.pick_index(pr.time_us, pr.timed, int(ranking.order[0])))
+            if ranking.by == "ranker":
+                r.trained_regressor_order.append(metrics.pick_from_scores(pr.time_us, pr.timed,
+                                                                          ranking.predicted_us))
+            r.predicted_us.append(ranking.predicted_us)
             r.measured_us.append(pr.time_us)
         if pr.cudnn_us == pr.cudnn_us:
             r.speedup_vs_cudnn.append(pr.cudnn_us / pr.oracle_us)
@@ -123,11 +134,15 @@ def result_json(r: DirectionResult) -> dict[str, Any]:
     if r.trained:
         out["trained"] = _block(r.trained, r.labels)
         out["trained"]["by_source"] = metrics.by_label(r.sources, r.trained)
+        out["trained"]["ranked_by"] = r.ranked_by
         pred = np.log(np.concatenate(r.predicted_us))
         meas = np.log(np.concatenate(r.measured_us))
         out["trained"]["prediction"] = {"rows": int(pred.size),
                                         "rmse_log_us": float(np.sqrt(np.mean((pred - meas) ** 2))),
                                         "median_abs_pct_error": float(np.median(np.abs(np.exp(pred - meas) - 1)) * 100)}
+    if r.trained_regressor_order:
+        out["trained_regressor_order"] = _block(r.trained_regressor_order, r.labels)
+        out["trained_regressor_order"]["by_source"] = metrics.by_label(r.sources, r.trained_regressor_order)
     out["analytic"]["by_source"] = metrics.by_label(r.sources, r.analytic)
     out["cudnn_heuristic"] = (_block(r.cudnn, r.cudnn_labels) if r.cudnn
                               else {"overall": {"problems": 0}, "note": "no cudnn_heuristic rows in the data"})
@@ -160,8 +175,14 @@ def markdown(report: dict[str, Any]) -> str:
              "cuDNN's autotuned (`benchmark=True`) time",
              f"(its top-1: within {CUDNN_TOP1_TOLERANCE - 1:.0%}; no top-5). Targets: mean ≥ 0.98, P10 ≥ 0.95, "
              "min ≥ 0.80, top-5 ≥ 0.90.", ""]
+    if any("trained_regressor_order" in r for r in report["directions"].values()):
+        lines += ["A model with a LambdaRank ranker (artifact format 2) picks its ranker's top candidate (row",
+                  "\"trained, ranker order\"); its regressor predicts the µs (prediction error below) and, ranking the",
+                  "same candidates by those µs, gives the row \"trained, regressor order\".", ""]
     for direction, r in report["directions"].items():
-        lines += [f"## {direction}" + (f" — model `{r['model']}`" if r["model"] else " — no trained model"), ""]
+        by_ranker = "trained_regressor_order" in r
+        lines += [f"## {direction}" + (f" — model `{r['model']}`" if r["model"] else " — no trained model")
+                  + (" (order: LambdaRank ranker; µs: regressor)" if by_ranker else ""), ""]
         caveat = r.get("pruning", {})
         if caveat.get("problems_with_pruned"):
             lines += [f"**Data caveat:** {caveat['problems_with_pruned']} of {caveat['problems']} problems were "
@@ -170,16 +191,19 @@ def markdown(report: dict[str, Any]) -> str:
                       "pruned kernel's estimate lies within 1.5× of the best event time, so the measured best is "
                       "not guaranteed to be the oracle and those efficiencies are approximate.", ""]
         lines.append(_HEADER)
+        trained = "trained, ranker order" if by_ranker else "trained"
         if "trained" in r:
-            lines.append(_row("trained", r["trained"]["overall"]))
+            lines.append(_row(trained, r["trained"]["overall"]))
+        if by_ranker:
+            lines.append(_row("trained, regressor order", r["trained_regressor_order"]["overall"]))
         lines.append(_row("analytic fallback", r["analytic"]["overall"]))
         cu = r["cudnn_heuristic"]["overall"]
         lines.append(_row("cuDNN heuristic", {**cu, "top5": float("nan")} if cu.get("problems") else cu))
         if "trained" in r:
             o = r["trained"]["overall"]
             met = [k for k, v in TARGETS.items() if o.get(k, 0) >= v]
-            lines += ["", f"Targets met by the trained model: {', '.join(met) or 'none'} "
-                          f"(of {', '.join(TARGETS)})."]
+            lines += ["", f"Targets met by the trained model{' (ranker order)' if by_ranker else ''}: "
+                          f"{', '.join(met) or 'none'} (of {', '.join(TARGETS)})."]
             p = r["trained"]["prediction"]
             lines += [f"Prediction error: RMSE {p['rmse_log_us']:.3f} in log µs, median |error| "
                       f"{p['median_abs_pct_error']:.1f} % over {p['rows']} rows."]
@@ -190,13 +214,15 @@ def markdown(report: dict[str, Any]) -> str:
         lines += ["", "Per class:", "", _HEADER.replace("| |", "| class / selector |")]
         for label in sorted(r["analytic"]["by_class"]):
             if "trained" in r:
-                lines.append(_row(f"{label} trained", r["trained"]["by_class"][label]))
+                lines.append(_row(f"{label} {trained}", r["trained"]["by_class"][label]))
+            if by_ranker:
+                lines.append(_row(f"{label} trained, regressor order", r["trained_regressor_order"]["by_class"][label]))
             lines.append(_row(f"{label} analytic", r["analytic"]["by_class"][label]))
             if label in r["cudnn_heuristic"].get("by_class", {}):
                 cu = r["cudnn_heuristic"]["by_class"][label]
                 lines.append(_row(f"{label} cuDNN heuristic", {**cu, "top5": float("nan")}))
         if "trained" in r and len(r["trained"]["by_source"]) > 1:
-            lines += ["", "Per source (trained):", "", _HEADER.replace("| |", "| source |")]
+            lines += ["", f"Per source ({trained}):", "", _HEADER.replace("| |", "| source |")]
             lines += [_row(k, v) for k, v in r["trained"]["by_source"].items()]
         lines += ["", f"![efficiency]({direction}_efficiency.png) ![predicted vs measured]({direction}_predicted.png)",
                   ""]
@@ -212,7 +238,9 @@ def plots(results: dict[str, DirectionResult], out: Path) -> list[Path]:
     written = []
     for direction, r in results.items():
         fig, ax = plt.subplots(figsize=(6, 4))
-        for name, picks in (("trained", r.trained), ("analytic", r.analytic), ("cuDNN heuristic", r.cudnn)):
+        trained = "trained, ranker order" if r.trained_regressor_order else "trained"
+        for name, picks in ((trained, r.trained), ("trained, regressor order", r.trained_regressor_order),
+                            ("analytic", r.analytic), ("cuDNN heuristic", r.cudnn)):
             if picks:
                 e = np.sort([p.efficiency for p in picks])
                 ax.step(e, np.arange(1, e.size + 1) / e.size, where="post", label=f"{name} (n={e.size})")
@@ -306,7 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     for direction, r in report["directions"].items():
         t = r.get("trained", {}).get("overall", {})
         a = r["analytic"]["overall"]
-        print(f"{direction}: trained {t.get('mean', float('nan')):.4f}/{t.get('p10', float('nan')):.4f} "
+        by = f" (by {r['trained']['ranked_by']})" if "trained" in r else ""
+        print(f"{direction}: trained{by} {t.get('mean', float('nan')):.4f}/{t.get('p10', float('nan')):.4f} "
               f"analytic {a['mean']:.4f}/{a['p10']:.4f} (mean/P10) over {a['problems']} problems")
     print(f"validate: report in {args.out}")
     return 0

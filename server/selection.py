@@ -15,6 +15,7 @@ from enum import Enum
 
 import numpy as np
 
+from tiledispatch.models.predictor import rank
 from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.problem import ConvProblem
 
@@ -166,9 +167,9 @@ class Selector:
             families = sorted(f.value for f in query.families)
             raise Unimplemented(f"no kernel{' of families ' + str(families) if families else ''} in "
                                 f"{self.catalog.source} supports this problem ({problem.key})", field="problem")
-        predicted = np.asarray(predictor.predict_us(problem, configs), dtype=np.float64)
-        order = np.argsort(predicted, kind="stable")  # ties keep name order: deterministic
-        return [Candidate(configs[i], float(predicted[i])) for i in order]
+        # The ranker's order where the model has one, else ascending predicted µs (ties keep name order).
+        ranking = rank(predictor, problem, configs)
+        return [Candidate(configs[i], float(ranking.predicted_us[i])) for i in ranking.order]
 
     def _rank(self, query: SelectQuery, predictor: Predictor) -> Selection:
         ranked = self._ranked_candidates(query, predictor)

@@ -34,7 +34,9 @@ def test_manifest_names_measured_data_on_a_gpu(folder):
 
 
 def test_the_recorded_command_reproduces_the_forward_model_bit_for_bit(tmp_path, monkeypatch):
+    """Every model file of the newest forward artifact (format 2: the regressor and the ranker)."""
     from tiledispatch.models import train
+    from tiledispatch.models.predictor import ARTIFACT_FORMATS
 
     folder = max((p for p in SHIPPED if p.parent.name.endswith("-fwd")), key=lambda p: int(p.name))  # the newest
     command = shlex.split(json.loads((folder / "train_manifest.json").read_text())["command"])
@@ -43,8 +45,10 @@ def test_the_recorded_command_reproduces_the_forward_model_bit_for_bit(tmp_path,
     args[out + 1] = str(tmp_path)
     monkeypatch.chdir(ROOT)
     assert train.main(args) in (0, None)
-    rebuilt = tmp_path / folder.parent.name / folder.name / "model.txt"
-    assert rebuilt.read_bytes() == (folder / "model.txt").read_bytes()
+    artifact_format = json.loads((folder / "feature_spec.json").read_text()).get("artifact_format", 1)
+    for name in ARTIFACT_FORMATS[artifact_format]:
+        rebuilt = tmp_path / folder.parent.name / folder.name / name
+        assert rebuilt.read_bytes() == (folder / name).read_bytes(), name
 
 
 def test_the_server_serves_the_shipped_models():

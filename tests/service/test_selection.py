@@ -83,6 +83,27 @@ def test_exact_hit_in_tuning_db_wins(parts):
         selector.select(SelectQuery(problem(batch=3), policy=Policy.TUNING_DB_ONLY))
 
 
+class StubRankerModel(StubModel):
+    """A two-model artifact: predicted µs in reverse name order, but a ranker preferring name order."""
+
+    def rank(self, problem, configs):
+        from tiledispatch.models.predictor import Ranking
+
+        names = [c.name for c in configs]
+        score = -np.argsort(np.argsort(names, kind="stable"), kind="stable").astype(np.float64)
+        return Ranking.of(self.predict_us(problem, configs), ranker_score=score)
+
+
+def test_a_ranker_orders_the_candidates_and_the_regressor_gives_their_times(parts):
+    selector, _, models = parts
+    models.trained.append(StubRankerModel("gbm", "2"))
+    selection = selector.select(SelectQuery(problem()))
+    names = [c.config.name for c in selection.candidates]
+    assert names == sorted(names)  # the ranker's order, not the predicted µs' (reverse name order)
+    times = [c.predicted_us for c in selection.candidates]
+    assert times == sorted(times, reverse=True)  # each candidate keeps its regressor time
+
+
 def test_trained_model_chosen_by_dtype_direction_and_newest_version(parts):
     selector, _, models = parts
     models.trained.extend([StubModel("gbm", "1.9"), StubModel("gbm", "1.10"),

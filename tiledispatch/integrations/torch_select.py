@@ -220,9 +220,10 @@ class KernelSelector:
         configs = [c for c in self.pool_for(problem) if self.runnable(c, problem)]
         if not configs:
             return []
-        predicted = np.asarray(self.predictor_for(problem).predict_us(problem, configs), dtype=np.float64)
-        order = np.argsort(predicted, kind="stable")
-        return [(configs[i], float(predicted[i])) for i in order]
+        from tiledispatch.models.predictor import rank
+
+        ranking = rank(self.predictor_for(problem), problem, configs)  # the ranker's order where there is one
+        return [(configs[i], float(ranking.predicted_us[i])) for i in ranking.order]
 
     def _select_local(self, problem: ConvProblem, start: float) -> Choice:
         ranked = self.rank_local(problem)
