@@ -14,12 +14,33 @@ copy. The output is allocated (in the caller's form of the first operand) or cal
 Backends: ``compiled`` launches binaries from the registry's artifact cache (what the server and
 the benchmark use); ``jit`` lets Triton compile on first use (development); ``interpret`` runs the
 Triton interpreter on CPU tensors (needs ``TRITON_INTERPRET=1`` set before triton is imported).
+
+Launch plans: whatever ``run`` needs that depends only on (problem, config, backend, loader) is a
+:class:`LaunchPlan`, built once per process and kept in an LRU (:func:`launch_plan`): the support
+check, the operand shapes, the program table and binaries, every launch's grid and its argument
+list (constexprs interleaved, tensors as :class:`TensorRef` slots), the workspace size. It is made
+by running the template's ``plan()`` once on ``meta`` placeholders of the operands and noting which
+placeholder (or view of one) each tensor argument is. A call then only checks its tensors (dtype,
+shape, contiguity, device, alignment: the same :class:`LaunchError` messages), allocates the
+output and workspace, and binds data pointers: compiled launches get ``data_ptr() + offset``
+integers in the cached argument lists; the ``jit`` and ``interpret`` backends get the tensors (and
+views rebuilt from the recorded dtype, shape, strides and offset). Plans hold no tensors.
+``run(..., cache=False)`` is the uncached path (``plan()`` on every call), kept as the reference
+the plans are tested against.
+
+So ``plan()`` must have no effect beyond its launches: it runs once per (problem, config), on
+placeholders, in whichever thread first ran the problem. Work a template needs on every call (or
+in every thread), such as installing Triton's scratch allocator for device-side tensor
+descriptors (a per-thread setting), goes in an optional ``before_launch(config)`` method, which
+both paths call on every call, after the checks and before the first launch.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
@@ -41,6 +62,14 @@ class Backend(str, Enum):
     INTERPRET = "interpret"
 
 
+#: The device type each backend's tensors live on. Tests and ``bench/launch_overhead.py`` point
+#: ``COMPILED`` at "cpu" to run stand-in binaries on CPU tensors (host cost without a GPU).
+_DEVICE_TYPE = {Backend.COMPILED: "cuda", Backend.JIT: "cuda", Backend.INTERPRET: "cpu"}
+#: Plans kept by :func:`launch_plan` (a few hundred bytes each; a model has tens of problems, a
+#: benchmark sweep revisits a (problem, config) many times in a row).
+PLAN_CACHE_SIZE = 4096
+
+
 def templates() -> dict[tuple[Direction, Family], KernelTemplate]:
     """Every kernel template, keyed by (direction, family). Imports triton on first call."""
     global _TEMPLATES
@@ -49,10 +78,12 @@ def templates() -> dict[tuple[Direction, Family], KernelTemplate]:
         from tiledispatch.native.kernels.igemm_bwd_data import IgemmBackwardData
         from tiledispatch.native.kernels.igemm_bwd_weight import IgemmBackwardWeight
         from tiledispatch.native.kernels.igemm_fwd import IgemmForward
+        from tiledispatch.native.kernels.tma_conv import TmaConvolution
 
         table: dict[tuple[Direction, Family], KernelTemplate] = {}
         for template in (IgemmForward(), IgemmBackwardData(), IgemmBackwardWeight(), DirectForward(),
-                         DirectBackwardData(), DirectBackwardWeight()):
+                         DirectBackwardData(), DirectBackwardWeight(),
+                         TmaConvolution(Direction.FORWARD), TmaConvolution(Direction.BACKWARD_DATA)):
             for family in template.families:
                 table[(template.direction, family)] = template
         _TEMPLATES = table
@@ -116,8 +147,21 @@ _OPERANDS = {
 
 def run(problem: ConvProblem, config: KernelConfig, first: Any, second: Any, out: Any = None, *,
         backend: Backend | str = Backend.COMPILED, loader: Callable[[KernelConfig], dict[str, Any]] | None = None,
-        check_support: bool = True) -> Any:
-    """Run one kernel instance on one problem; returns the result tensor (``out`` if given)."""
+        check_support: bool = True, cache: bool = True) -> Any:
+    """Run one kernel instance on one problem; returns the result tensor (``out`` if given).
+
+    Through the problem's cached :class:`LaunchPlan` (``cache=False``: the template's ``plan()``
+    on every call, the reference path)."""
+    if not cache:
+        return _run_uncached(problem, config, first, second, out, backend=backend, loader=loader,
+                             check_support=check_support)
+    return launch_plan(problem, config, backend, loader).run(first, second, out, check_support=check_support)
+
+
+def _run_uncached(problem: ConvProblem, config: KernelConfig, first: Any, second: Any, out: Any = None, *,
+                  backend: Backend | str = Backend.COMPILED,
+                  loader: Callable[[KernelConfig], dict[str, Any]] | None = None, check_support: bool = True) -> Any:
+    """``run`` as it was before launch plans: everything recomputed per call."""
     import torch
 
     backend = Backend(backend)
@@ -141,10 +185,8 @@ def run(problem: ConvProblem, config: KernelConfig, first: Any, second: Any, out
         returned = out
     if result.device != a.device:
         raise LaunchError(f"{names[2][0]}: must be on {a.device}, got {result.device}")
-    want_cuda = backend is not Backend.INTERPRET
-    if (a.device.type == "cuda") != want_cuda:
-        raise LaunchError(f"{names[0][0]}: the {backend.value} backend needs "
-                          f"{'CUDA' if want_cuda else 'CPU'} tensors, got {a.device}")
+    if a.device.type != _DEVICE_TYPE[backend]:
+        raise LaunchError(_device_message(names[0][0], backend, a.device))
     for label, tensor in ((names[0][0], a), (names[1][0], b), (names[2][0], result)):
         if tensor.data_ptr() % 16:
             raise LaunchError(f"{label}: data must start 16-byte aligned (kernels are compiled for aligned pointers)")
@@ -152,6 +194,9 @@ def run(problem: ConvProblem, config: KernelConfig, first: Any, second: Any, out
     workspace_elements = template.workspace_elements(problem, config)
     workspace = (torch.empty(workspace_elements, dtype=torch.float32, device=a.device)
                  if workspace_elements else None)
+    before_launch = getattr(template, "before_launch", None)
+    if before_launch is not None:
+        before_launch(config)
     launches = template.plan(problem, config, a, b, result, workspace)
     programs = template.programs(config)
     binaries = loader(config) if backend is Backend.COMPILED else None
@@ -192,6 +237,330 @@ def _launch(program: Program, launch: Launch, backend: Backend, binary: Any) -> 
         return
     program.fn[launch.grid](*launch.args, **program.constexprs, num_warps=program.num_warps,
                             num_stages=program.num_stages)
+
+
+def _device_message(name: str, backend: Backend, device: Any) -> str:
+    want = "CUDA" if _DEVICE_TYPE[backend] == "cuda" else "CPU"
+    return f"{name}: the {backend.value} backend needs {want} tensors, got {device}"
+
+
+# ---- launch plans ---------------------------------------------------------------------------------
+#: Slots of a plan's tensors: the call's three operands in grouped shape, then the workspace.
+FIRST, SECOND, RESULT, WORKSPACE = range(4)
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """A tensor argument of a planned launch: slot ``slot`` itself (``view`` None), or the view of
+    it that ``plan()`` made: ``view = (dtype, shape, strides)`` starting ``offset`` bytes in."""
+
+    slot: int
+    offset: int = 0
+    view: tuple | None = None
+
+
+@dataclass(frozen=True)
+class OperandSpec:
+    """What one tensor of a call must be: dtype, then the grouped shape (contiguous) or PyTorch's
+    shape of the same bytes (channels-last memory); errors name it."""
+
+    name: str
+    grouped: tuple[int, ...]
+    pytorch: tuple[int, ...]
+    weight: bool
+
+
+@dataclass(frozen=True)
+class PlannedLaunch:
+    """One launch of a plan. ``args``: run-time arguments in parameter order (tensors as
+    :class:`TensorRef`); ``full``: every parameter in definition order, constexprs interleaved
+    (what a compiled binary is called with), ``None`` at the pointer positions listed in
+    ``pointers`` as ``(position, slot, byte offset)``."""
+
+    program: str
+    grid: tuple[int, int, int]
+    args: tuple
+    zero_fill: tuple[TensorRef, ...]
+    full: tuple
+    pointers: tuple[tuple[int, int, int], ...]
+
+    @property
+    def empty(self) -> bool:
+        return math.prod(self.grid) == 0
+
+
+@dataclass(frozen=True, eq=False)
+class LaunchPlan:
+    """Everything :func:`run` needs for one (problem, config, backend, loader) that no tensor
+    changes; :meth:`run` checks a call's tensors and binds them. Holds no tensor.
+
+    The whole of ``plan()`` is reused, not only its grids: recording it once is valid because the
+    templates compute every integer argument from the problem and the config (the operands'
+    shapes and strides are fixed by the problem: grouped, contiguous) and pass as tensors only the
+    operands, the workspace or views of them (direct's tap-major and split-K workspaces, gmerge's
+    packed weight ``workspace.view(dtype)[:n]``, the split-K reduction's workspace). A ``plan()``
+    that allocates a tensor, or fails on ``meta`` tensors, is detected: ``untraced`` then says why
+    (else ""), and such a plan calls ``plan()`` on every call (support, shapes, programs and
+    binaries still cached). One that turned data pointers into integers would not be detected
+    here (``meta`` pointers are 0): ``tests/kernels/test_launch_plan.py`` compares every family's
+    plans with ``plan()`` on real tensors."""
+
+    problem: ConvProblem
+    config: KernelConfig
+    backend: Backend
+    template: Any
+    operands: tuple[OperandSpec, OperandSpec, OperandSpec]
+    dtype: Any                        # the torch dtype of every operand
+    memory_format: Any                # torch.channels_last or channels_last_3d: PyTorch-shaped operands
+    unsupported: str                  # is_supported's reason, "" when supported
+    workspace_elements: int
+    programs: dict[str, Program]
+    launches: tuple[PlannedLaunch, ...]
+    runners: tuple                    # compiled: binary[grid] per launch (None for empty grids); else ()
+    binaries: dict[str, Any] | None
+    grid_error: str
+    untraced: str = ""
+    before_launch: Any = None         # the template's before_launch(config), called on every call
+
+    # ---- per call ---------------------------------------------------------------------------------
+    def run(self, first: Any, second: Any, out: Any = None, *, check_support: bool = True) -> Any:
+        """:func:`run` for this plan's problem, config and backend: the same checks, messages and result."""
+        import torch
+
+        if check_support and self.unsupported:
+            raise LaunchError(f"kernel {self.config.name} does not support this problem: {self.unsupported}")
+        spec_a, spec_b, spec_r = self.operands
+        first_pytorch = self._accept(spec_a, first)
+        second_pytorch = self._accept(spec_b, second)
+        device = first.device
+        if second.device != device:
+            raise LaunchError(f"{spec_b.name}: must be on {device} like {spec_a.name}, got {second.device}")
+        if out is None:
+            if first_pytorch:  # the caller used PyTorch's shapes: answer in kind (channels-last memory)
+                result = torch.empty(spec_r.pytorch, dtype=self.dtype, device=device,
+                                     memory_format=self.memory_format)
+            else:
+                result = torch.empty(spec_r.grouped, dtype=self.dtype, device=device)
+            result_pytorch = first_pytorch
+        else:
+            result_pytorch = self._accept(spec_r, out)
+            result = out
+        if result.device != device:
+            raise LaunchError(f"{spec_r.name}: must be on {device}, got {result.device}")
+        if device.type != _DEVICE_TYPE[self.backend]:
+            raise LaunchError(_device_message(spec_a.name, self.backend, device))
+        pointers = [first.data_ptr(), second.data_ptr(), result.data_ptr(), 0]
+        for spec, pointer in zip(self.operands, pointers):
+            if pointer % 16:
+                raise LaunchError(f"{spec.name}: data must start 16-byte aligned (kernels are compiled for "
+                                  "aligned pointers)")
+        if self.grid_error:
+            raise LaunchError(self.grid_error)
+        workspace = (torch.empty(self.workspace_elements, dtype=torch.float32, device=device)
+                     if self.workspace_elements else None)
+        if self.before_launch is not None:
+            self.before_launch(self.config)
+        if self.backend is Backend.COMPILED and not self.untraced:
+            if workspace is not None:
+                pointers[WORKSPACE] = workspace.data_ptr()
+            for launch, runner in zip(self.launches, self.runners):
+                if runner is None:
+                    continue
+                if launch.zero_fill:
+                    tensors = self._grouped(first, first_pytorch, second, second_pytorch, result, result_pytorch,
+                                            workspace)
+                    for ref in launch.zero_fill:
+                        _bind(ref, tensors).zero_()
+                arguments = list(launch.full)
+                for position, slot, offset in launch.pointers:
+                    arguments[position] = pointers[slot] + offset
+                runner(*arguments)
+            return result
+        tensors = self._grouped(first, first_pytorch, second, second_pytorch, result, result_pytorch, workspace)
+        for launch in self._launches_for(tensors):
+            if launch.grid[1] > MAX_GRID_YZ or launch.grid[2] > MAX_GRID_YZ:  # untraced plans: checked here
+                raise LaunchError(f"groups: grid {launch.grid} exceeds {MAX_GRID_YZ} on its 2nd/3rd axis")
+            if math.prod(launch.grid) == 0:
+                continue
+            for tensor in launch.zero_fill:
+                tensor.zero_()
+            binary = self.binaries[launch.program] if self.binaries is not None else None
+            _launch(self.programs[launch.program], launch, self.backend, binary)
+        return result
+
+    def _accept(self, spec: OperandSpec, tensor: Any) -> bool:
+        """Check one operand (as :func:`as_grouped` does, same messages); True when it has PyTorch's shape."""
+        import torch
+
+        if not isinstance(tensor, torch.Tensor):
+            raise LaunchError(f"{spec.name}: must be a torch.Tensor, got {type(tensor).__name__}")
+        if tensor.dtype != self.dtype:
+            raise LaunchError(f"{spec.name}: dtype must be {self.dtype} for a {self.problem.dtype.value} problem, "
+                              f"got {tensor.dtype}")
+        shape = tensor.shape
+        if shape == spec.grouped:
+            if not tensor.is_contiguous():
+                raise LaunchError(f"{spec.name}: a grouped-shape tensor {list(spec.grouped)} must be contiguous")
+            return False
+        if shape == spec.pytorch:
+            # Channels-last contiguity is as_grouped's "the channels-last permutation is
+            # contiguous" (both ignore strides of size-1 dims), without building the permuted view.
+            if not tensor.is_contiguous(memory_format=self.memory_format):
+                raise LaunchError(f"{spec.name}: a PyTorch-shaped tensor {list(spec.pytorch)} must be channels-last "
+                                  "(tensor.to(memory_format=torch.channels_last) or channels_last_3d)")
+            return True
+        raise LaunchError(f"{spec.name}: shape must be {list(spec.grouped)} (grouped) or {list(spec.pytorch)} "
+                          f"(PyTorch, channels-last), got {list(shape)}")
+
+    def _grouped(self, first: Any, first_pytorch: bool, second: Any, second_pytorch: bool, result: Any,
+                 result_pytorch: bool, workspace: Any) -> tuple:
+        """The slots' tensors in grouped shape (views of the caller's PyTorch-shaped ones)."""
+        a, b, r = self.operands
+        return (_grouped_view(first, a) if first_pytorch else first,
+                _grouped_view(second, b) if second_pytorch else second,
+                _grouped_view(result, r) if result_pytorch else result, workspace)
+
+    def _launches_for(self, tensors: tuple) -> list[Launch]:
+        if self.untraced:
+            return list(self.template.plan(self.problem, self.config, *tensors))
+        return [Launch(launch.program, launch.grid, tuple(_bind(value, tensors) for value in launch.args),
+                       tuple(_bind(ref, tensors) for ref in launch.zero_fill)) for launch in self.launches]
+
+    def bind(self, first: Any, second: Any, out: Any, workspace: Any) -> list[Launch]:
+        """The launches for these grouped-shape tensors (``workspace``: ``workspace_elements`` fp32
+        or None), tensors bound: what the template's ``plan()`` returns for them."""
+        return self._launches_for((first, second, out, workspace))
+
+
+def _grouped_view(tensor: Any, spec: OperandSpec) -> Any:
+    return tensor.permute(0, *range(2, tensor.dim()), 1).view(spec.grouped)
+
+
+def _bind(value: Any, tensors: tuple) -> Any:
+    """A planned argument with the call's tensors in place of its :class:`TensorRef`."""
+    if not isinstance(value, TensorRef):
+        return value
+    tensor = tensors[value.slot]
+    if value.view is None:
+        return tensor
+    dtype, shape, strides = value.view
+    if tensor.dtype != dtype:
+        tensor = tensor.view(dtype)  # the workspace (1-D, contiguous) seen in another dtype
+    return tensor.as_strided(shape, strides, tensor.storage_offset() + value.offset // tensor.element_size())
+
+
+def launch_plan(problem: ConvProblem, config: KernelConfig, backend: Backend | str = Backend.COMPILED,
+                loader: Callable[[KernelConfig], dict[str, Any]] | None = None) -> LaunchPlan:
+    """The cached :class:`LaunchPlan` of (problem, config, backend, loader) (built on first use;
+    ``loader`` only matters to the compiled backend)."""
+    backend = backend if isinstance(backend, Backend) else Backend(backend)
+    if backend is not Backend.COMPILED:
+        loader = None
+    try:
+        hash(loader)
+    except TypeError:  # an unhashable loader cannot key the cache: a fresh plan per call
+        return build_plan(problem, config, backend, loader)
+    return _cached_plan(problem, config, backend, loader)
+
+
+@functools.lru_cache(maxsize=PLAN_CACHE_SIZE)
+def _cached_plan(problem: ConvProblem, config: KernelConfig, backend: Backend, loader: Any) -> LaunchPlan:
+    return build_plan(problem, config, backend, loader)
+
+
+def clear_plans() -> None:
+    """Forget every cached plan (e.g. after a kernel template changed in a running process)."""
+    _cached_plan.cache_clear()
+
+
+def build_plan(problem: ConvProblem, config: KernelConfig, backend: Backend | str = Backend.COMPILED,
+               loader: Callable[[KernelConfig], dict[str, Any]] | None = None) -> LaunchPlan:
+    """A new :class:`LaunchPlan` (uncached; :func:`launch_plan` keeps them)."""
+    import torch
+
+    backend = Backend(backend)
+    template = template_for(config)
+    shapes = problem.operand_shapes
+    operands = tuple(OperandSpec(name, shape, pytorch_shape(shape, weight=weight), weight)
+                     for (name, weight), shape in zip(_OPERANDS[problem.direction], shapes))
+    programs = template.programs(config)
+    binaries = None
+    if backend is Backend.COMPILED:
+        if loader is None:
+            raise LaunchError("loader: the compiled backend needs a loader (e.g. Registry.loader())")
+        binaries = loader(config)
+    workspace_elements = template.workspace_elements(problem, config)
+    launches, untraced = _trace(template, problem, config, workspace_elements, programs)
+    grid_error = next((f"groups: grid {launch.grid} exceeds {MAX_GRID_YZ} on its 2nd/3rd axis"
+                       for launch in launches if launch.grid[1] > MAX_GRID_YZ or launch.grid[2] > MAX_GRID_YZ), "")
+    runners: tuple = ()
+    if backend is Backend.COMPILED and not untraced and not grid_error:
+        # binary[grid] once: the grid is the plan's, the stream is looked up by the runner per call.
+        runners = tuple(None if launch.empty else binaries[launch.program][launch.grid] for launch in launches)
+    support = is_supported(problem, config)
+    return LaunchPlan(problem=problem, config=config, backend=backend, template=template, operands=operands,
+                      dtype=torch_dtype(problem.dtype),
+                      memory_format=torch.channels_last if problem.ndim == 2 else torch.channels_last_3d,
+                      unsupported="" if support else support.reason, workspace_elements=workspace_elements,
+                      programs=programs, launches=launches, runners=runners, binaries=binaries,
+                      grid_error=grid_error, untraced=untraced,
+                      before_launch=getattr(template, "before_launch", None))
+
+
+class _Untraceable(Exception):
+    pass
+
+
+def _trace(template: KernelTemplate, problem: ConvProblem, config: KernelConfig, workspace_elements: int,
+           programs: dict[str, Program]) -> tuple[tuple[PlannedLaunch, ...], str]:
+    """``plan()`` run once on ``meta`` placeholders (no memory), its tensors mapped back to slots;
+    ``((), reason)`` when that is not possible."""
+    import torch
+
+    dtype = torch_dtype(problem.dtype)
+    placeholders = [torch.empty(shape, dtype=dtype, device="meta") for shape in problem.operand_shapes]
+    placeholders.append(torch.empty(workspace_elements, dtype=torch.float32, device="meta")
+                        if workspace_elements else None)
+    # Views share their base's storage (dtype views too, which have no ``_base``): the storage
+    # says which placeholder a tensor argument comes from.
+    slots = {_storage_id(t): slot for slot, t in enumerate(placeholders) if t is not None}
+
+    def ref(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        slot = slots.get(_storage_id(value))
+        if slot is None:
+            raise _Untraceable("plan() passes a tensor that is none of the operands or the workspace")
+        base = placeholders[slot]
+        offset = value.storage_offset() * value.element_size()
+        if (value.dtype == base.dtype and value.shape == base.shape and value.stride() == base.stride()
+                and offset == 0):
+            return TensorRef(slot)
+        return TensorRef(slot, offset, (value.dtype, tuple(value.shape), tuple(value.stride())))
+
+    try:
+        planned = template.plan(problem, config, *placeholders)
+        launches = []
+        for launch in planned:
+            args = tuple(ref(value) for value in launch.args)
+            zero_fill = tuple(ref(tensor) for tensor in launch.zero_fill)
+            if not all(isinstance(r, TensorRef) for r in zero_fill):
+                raise _Untraceable("plan() asks to zero something that is not a tensor")
+            program = programs[launch.program]
+            full = full_arguments(program, Launch(launch.program, launch.grid, args))
+            pointers = tuple((position, value.slot, value.offset) for position, value in enumerate(full)
+                             if isinstance(value, TensorRef))
+            full = tuple(None if isinstance(value, TensorRef) else value for value in full)
+            launches.append(PlannedLaunch(launch.program, tuple(launch.grid), args, zero_fill, full, pointers))
+    except LaunchError:
+        raise
+    except Exception as error:  # noqa: BLE001 - any failure on placeholders: plan() then runs per call
+        return (), f"{type(error).__name__}: {error}"
+    return tuple(launches), ""
+
+
+def _storage_id(tensor: Any) -> int:
+    return tensor.untyped_storage()._cdata
 
 
 # The runner contract, one function per direction.

@@ -184,6 +184,73 @@ def test_fastest_with_the_real_kernel_under_the_interpreter(fastest):
     assert len(dispatch_report()) == 3 and {e.backend for e in runtime.entries()} == {"interpret"}
 
 
+# ---- host cost -------------------------------------------------------------------------------------------
+def test_host_cost_decides_host_bound_problems(fastest, caplog):
+    """Ours 2 µs faster on the device but 22 µs slower on the host: PyTorch serves (a decision on
+    device times alone would pick ours); the report and the INFO line carry both host times."""
+    from tiledispatch.integrations.torch_dispatch import Timing
+
+    ours, pytorch = Timing(0.010, 0.030), Timing(0.012, 0.008)
+    runtime, timer, spy = fastest()
+    runtime.timer = FakeTimer(ours, pytorch)
+    with caplog.at_level(logging.INFO, logger=LOGGER), torch.no_grad():
+        _conv()(torch.randn(1, 4, 4, 4))
+    [report] = runtime.dispatch_report()
+    assert report["ours_ms"] < report["pytorch_ms"]  # faster on the device ...
+    assert report["impl"] == "pytorch" and spy.calls == 0  # ... yet PyTorch's, by 20 µs per call
+    assert report["ours_host_ms"] == 0.030 and report["pytorch_host_ms"] == 0.008
+    assert report["speedup"] == pytest.approx(0.020 / 0.040)
+    [line] = _decision_lines(caplog)
+    assert "ours 0.0100 ms + host 0.0300 ms" in line and "PyTorch 0.0120 ms + host 0.0080 ms" in line
+
+
+def test_host_cost_changes_nothing_when_device_time_dominates(fastest):
+    from tiledispatch.integrations.torch_dispatch import Timing
+
+    runtime, _, spy = fastest()
+    runtime.timer = FakeTimer(Timing(1.0, 0.030), Timing(1.5, 0.008))
+    with torch.no_grad():
+        _conv()(torch.randn(1, 4, 4, 4))
+    assert [r["impl"] for r in runtime.dispatch_report()] == ["ours"] and spy.calls == 1
+
+
+def test_decide_weighs_device_plus_host():
+    from tiledispatch.integrations.torch_dispatch import Decision, Timing, decide
+
+    cpu = torch.device("cpu")
+    answers = iter([Timing(0.010, 0.030), Timing(0.012, 0.008)])
+    decision = decide(lambda run, device: next(answers), None, None, cpu)
+    assert decision.impl == "pytorch" and decision.ours_total_ms == pytest.approx(0.040)
+    answers = iter([1.0, 2.0])  # plain numbers: device times, no host cost
+    decision = decide(lambda run, device: next(answers), None, None, cpu)
+    assert decision.impl == "ours" and decision.ours_host_ms == decision.pytorch_host_ms == 0.0
+    assert Decision("ours", 1.0, 2.0, 0.0).speedup == 2.0  # positional construction as before
+
+
+@pytest.mark.gpu
+def test_event_timer_separates_host_from_device_time():
+    """A call that spends 0.1 ms in Python before a tiny kernel: the host time has it, the device
+    time (stream held by the sleep kernel while the host enqueues) does not."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    import time
+
+    from tiledispatch.integrations.torch_dispatch import EventTimer
+
+    x = torch.zeros(1, device="cuda")
+
+    def call():
+        end = time.perf_counter() + 1e-4
+        while time.perf_counter() < end:
+            pass
+        x.add_(1)
+
+    timing = EventTimer()(call, x.device)
+    assert timing.host_ms >= 0.1 and timing.device_ms < 0.05, timing
+    unheld = EventTimer(hold_cycles=0)(call, x.device)  # without the hold the events see the host's gap
+    assert unheld.device_ms >= 0.09, unheld
+
+
 # ---- CUDA-graph capture --------------------------------------------------------------------------------
 def test_nothing_is_timed_during_capture(fastest, monkeypatch, caplog):
     from tiledispatch.integrations import torch_dispatch
@@ -333,7 +400,8 @@ def test_event_timer_bounds_its_calls():
         calls.append(1)
 
     cpu = torch.device("cpu")
-    assert EventTimer(warmup=2, repeats=5, budget_ms=1e9)(run, cpu) >= 0.0
+    timing = EventTimer(warmup=2, repeats=5, budget_ms=1e9)(run, cpu)
+    assert timing.device_ms >= 0.0 and timing.host_ms == 0.0  # off CUDA the wall time is the device time
     assert len(calls) == 7
     calls.clear()
     EventTimer(warmup=1, repeats=5, budget_ms=0.0)(run, cpu)  # budget spent: one timed call still
@@ -373,7 +441,9 @@ def test_shapes_settled_on_pytorch_skip_the_custom_ops(fastest, monkeypatch):
     assert calls == ["fwd"]
 
 
-def test_a_direction_settled_on_ours_keeps_the_custom_ops(fastest, monkeypatch):
+def test_a_direction_settled_on_ours_keeps_every_direction_on_the_runtime(fastest, monkeypatch):
+    """Split directions: the layer goes through the runtime per direction (EagerConv in eager mode;
+    test_torch_eager.py), not through F.conv; inference needing only PyTorch's forward skips it."""
     runtime, timer, ours = fastest(ours_ms=3.0, pytorch_ms=1.0)
     calls = _count_runs(runtime, monkeypatch)
     conv = _conv()

@@ -13,15 +13,20 @@ What happens per convolution call (see :mod:`.torch_runtime` and :mod:`.torch_se
   configured or when it is unreachable (one WARNING line), a local ranking of the kernels by the
   analytic model; then cached;
 * forward and both backward directions run our Triton kernels through autograd, in this process,
-  on the current CUDA stream (``torch.ops.tiledispatch.conv_fwd/conv_bwd_data/conv_bwd_weight``,
-  registered custom ops with fake implementations, so ``torch.compile`` keeps them as opaque calls);
+  on the current CUDA stream, each through its problem's cached launch plan (operand checks and
+  pointer binding per call). Under ``torch.compile`` (and other tracing) the layers call registered
+  custom ops with fake implementations (``torch.ops.tiledispatch.conv_fwd/conv_bwd_data/
+  conv_bwd_weight``), kept as opaque calls; in eager mode they call the same runtime through a
+  hand-written ``torch.autograd.Function`` (``torch_ops.EagerConv``), without the custom ops'
+  dispatcher cost;
 * which implementation runs a (direction, shape) is the runtime's policy (:mod:`.torch_dispatch`;
   ``configure(policy=...)`` or ``$TILEDISPATCH_TORCH_POLICY``): by default on CUDA (``fastest``) our
-  kernel and PyTorch's convolution (cuDNN) are both timed on its first call and the faster serves it
-  from then on (one INFO line each; :func:`dispatch_report` lists the decisions); ``ours`` always
-  runs our kernels, ``pytorch`` always PyTorch's; both give the same channels-last result; in eager
-  mode a shape whose every needed direction is settled on PyTorch skips the custom ops and runs
-  ``F.conv2d``/``F.conv3d`` under PyTorch's autograd, at the plain nn.Conv's cost;
+  kernel and PyTorch's convolution (cuDNN) are both timed on its first call and the cheaper per call,
+  device plus host time, serves it from then on (one INFO line each; :func:`dispatch_report` lists
+  the decisions); ``ours`` always runs our kernels, ``pytorch`` always PyTorch's; both give the same
+  channels-last result; in eager mode a shape whose every needed direction is settled on PyTorch
+  runs ``F.conv2d``/``F.conv3d`` under PyTorch's autograd, at the plain nn.Conv's cost, and a shape
+  whose directions are split runs each direction on its own choice inside the autograd Function;
 * bias is added by PyTorch (``y + b``, its gradient is autograd's sum over N and space);
 * layout: our kernels read channels-last memory. A model converted with
   ``model.to(memory_format=torch.channels_last)`` (``channels_last_3d`` in 3D) pays nothing; otherwise
@@ -40,15 +45,16 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from . import torch_ops
-from .torch_dispatch import POLICIES, Decision, EventTimer
+from .torch_dispatch import POLICIES, Decision, EventTimer, Timing
 from .torch_runtime import Runtime, channels_last, configure, get_runtime, memory_format
 from .torch_select import Choice, KernelSelector, SelectionError
 
 __all__ = ["POLICIES", "Choice", "Decision", "EventTimer", "KernelSelector", "Runtime", "SelectionError",
-           "TileConv2d", "TileConv3d", "configure", "dispatch_report", "get_runtime", "padding_of", "restore_convs",
-           "swap_convs", "swappable", "tile_conv", "torch_ops"]
+           "TileConv2d", "TileConv3d", "Timing", "configure", "dispatch_report", "get_runtime", "padding_of",
+           "restore_convs", "swap_convs", "swappable", "tile_conv", "torch_ops"]
 
 
 def dispatch_report() -> list[dict[str, Any]]:
@@ -88,19 +94,20 @@ def tile_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None =
         x, weight = x.to(dtype), weight.to(dtype)
         bias = bias.to(dtype) if bias is not None else None
     runtime = get_runtime()
-    if not runtime.accepts(x) or (not torch.compiler.is_compiling() and
-                                  runtime.pytorch_serves(x, weight, groups, stride, pad_begin, pad_end, dilation)):
-        # PyTorch's own convolution and autograd: for tensors our kernels do not serve, and in eager
-        # mode for shapes whose every direction is settled on PyTorch (policy or ``fastest``
-        # decisions), which then cost what the plain nn.Conv costs. Compiled graphs keep the custom
-        # ops (their dispatch is decided at run time, not while tracing).
-        from .torch_reference import forward
-
-        y = forward(x, weight, groups, stride, pad_begin, pad_end, dilation)
-    else:
-        fmt = memory_format(x.dim())
+    fmt = memory_format(x.dim())
+    if not runtime.accepts(x):  # PyTorch's own convolution for tensors our kernels do not serve
+        y = _pytorch_forward(x, weight, groups, stride, pad_begin, pad_end, dilation)
+    elif not _eager(x, weight):
+        # Traced graphs keep the custom ops (their dispatch is decided at run time, not while tracing).
         y = torch.ops.tiledispatch.conv_fwd(x.contiguous(memory_format=fmt), weight.contiguous(memory_format=fmt),
                                             list(stride), list(pad_begin), list(pad_end), list(dilation), groups)
+    elif runtime.pytorch_serves(x, weight, groups, stride, pad_begin, pad_end, dilation):
+        # Every direction settled on PyTorch (policy or ``fastest`` decisions): PyTorch's own
+        # convolution and autograd, at the plain nn.Conv's cost.
+        y = _pytorch_forward(x, weight, groups, stride, pad_begin, pad_end, dilation)
+    else:  # per direction ours or PyTorch's, through EagerConv: none of the custom ops' dispatcher cost
+        y = torch_ops.conv_eager(x.contiguous(memory_format=fmt), weight.contiguous(memory_format=fmt), stride,
+                                 pad_begin, pad_end, dilation, groups)
     if bias is not None:
         y = y + bias.view(1, -1, *([1] * nd))
     return y
@@ -108,6 +115,26 @@ def tile_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None =
 
 def _tuple(value: Any, n: int) -> tuple[int, ...]:
     return tuple(value) if isinstance(value, (tuple, list)) else (int(value),) * n
+
+
+def _pytorch_forward(x: torch.Tensor, weight: torch.Tensor, groups: int, stride: tuple[int, ...],
+                     pad_begin: tuple[int, ...], pad_end: tuple[int, ...], dilation: tuple[int, ...]) -> torch.Tensor:
+    """PyTorch's own convolution under PyTorch's autograd (one ``convolution_backward`` for both gradients)."""
+    from .torch_reference import forward
+
+    return forward(x, weight, groups, stride, pad_begin, pad_end, dilation)
+
+
+def _eager(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether this call runs eagerly on plain tensors: not traced by ``torch.compile``, under no
+    dispatch mode (fake tensors, ``make_fx``, functionalization) and no tensor subclass; only such
+    calls may skip the custom ops, which the tracers need to see."""
+    if torch.compiler.is_compiling():  # first: nothing below is traced
+        return False
+    return type(x) is torch.Tensor and type(weight) in _PLAIN and _get_current_dispatch_mode() is None
+
+
+_PLAIN = (torch.Tensor, nn.Parameter)
 
 
 class _TileConvMixin:

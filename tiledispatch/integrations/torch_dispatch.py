@@ -7,8 +7,8 @@ The policy is a setting of the :class:`~tiledispatch.integrations.torch_runtime.
   ours and PyTorch's convolution for that direction (:func:`.torch_reference.reference`, the ops the
   tests compare against: cuDNN on CUDA, with ``torch.backends.cudnn.benchmark`` as the user set it)
   are both timed on that call's own tensors, on the current stream, by the runtime's timer; the faster
-  is cached with both times in the problem's entry (one INFO line per decision) and every later call
-  goes to it after the same single dict lookup as under ``ours``;
+  (see *host cost* below) is cached with both times in the problem's entry (one INFO line per
+  decision) and every later call goes to it after the same single dict lookup as under ``ours``;
 * ``ours``: always our kernel (the integration as it was: what ``bench/torch_e2e.py`` calls "pure");
 * ``pytorch``: always PyTorch's convolution (keeps the swapped modules: an A/B switch);
 * ``auto`` (the default): ``fastest`` for CUDA tensors, ``ours`` elsewhere (the Triton interpreter,
@@ -17,11 +17,26 @@ The policy is a setting of the :class:`~tiledispatch.integrations.torch_runtime.
 Both implementations return the result in the same channels-last memory (canonical strides), so
 the custom ops' fake implementations, and ``torch.compile``, see one layout whichever runs.
 
+Host cost: a training step of small problems is host-bound (the GPU waits for the Python that
+launches the next kernel), so a kernel 2 µs faster on the device whose call costs 20 µs more on the
+host loses time there. Each side's per-call cost is therefore its device time *plus* its host time
+(the wall time of the call as the runtime makes it: for ours the operand checks, output and
+workspace allocation and launches of the cached launch plan; for PyTorch's its convolution call;
+the module and autograd code around either is the same and not counted), and the cheaper total wins
+(ours on a tie). Adding both sides' host times means only their difference decides; for large
+problems the device times dominate and nothing changes. A sum is the simple, conservative model:
+when the host is not the bottleneck its time overlaps the device's and counts for less than this.
+:class:`EventTimer` measures both per call: the host time with ``time.perf_counter`` around the call,
+the device time with CUDA events while a short sleep kernel (``hold_cycles``) keeps the stream busy,
+so the events see the kernels back to back and not the host's launch gaps (which would count the
+host time twice). Timers that answer a plain number give device times only (host cost 0).
+
 Cost of a decision, once per problem and process (:class:`EventTimer`'s defaults): per side, one
 warm-up call (it includes our kernel's JIT compile and cuDNN's benchmark search, which that first
 call would pay anyway), then up to ``repeats`` = 5 synchronized, timed calls, stopping early once the
-side's timed calls add up to ``budget_ms`` = 25 ms; the median is kept. So at most 50 ms plus two
-calls of timing per problem, beyond the warm-ups (a model has tens of problems per direction).
+side's timed calls add up to ``budget_ms`` = 25 ms of device time; the medians are kept. So at most
+50 ms plus two calls of timing per problem, beyond the warm-ups, and a hold of about 0.3 ms of GPU
+time before each timed call (a model has tens of problems per direction).
 
 CUDA-graph capture: nothing can be timed while the current stream is being captured, so a problem
 first seen during capture runs our kernel and stays undecided (one INFO line) until its first call
@@ -47,9 +62,25 @@ AUTO, FASTEST, OURS, PYTORCH = "auto", "fastest", "ours", "pytorch"
 POLICIES = (AUTO, FASTEST, OURS, PYTORCH)
 POLICY_ENV = "TILEDISPATCH_TORCH_POLICY"
 
-#: ``timer(run, device) -> ms``: the time of one ``run()`` (a zero-argument call of one
-#: implementation on the actual tensors), on ``device``'s current stream.
-Timer = Callable[[Callable[[], Any], torch.device], float]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One call of an implementation: milliseconds on the device and on the host (see the module
+    docstring); ``total_ms`` is what decisions compare."""
+
+    device_ms: float
+    host_ms: float = 0.0
+
+    @property
+    def total_ms(self) -> float:
+        return self.device_ms + self.host_ms
+
+
+#: ``timer(run, device) -> Timing | ms``: the time of one ``run()`` (a zero-argument call of one
+#: implementation on the actual tensors), on ``device``'s current stream; a plain number is the
+#: device time alone.
+Timer = Callable[[Callable[[], Any], torch.device], Timing | float]
 
 
 def parse_policy(policy: str | None) -> str:
@@ -69,50 +100,79 @@ def resolve(policy: str, device: torch.device) -> str:
 
 @dataclass(frozen=True)
 class Decision:
-    """Which implementation runs a problem under ``fastest``, and the times it was chosen on."""
+    """Which implementation runs a problem under ``fastest``, and the times it was chosen on: device
+    and host milliseconds per call of each side (host 0 when the timer gave device times only)."""
 
     impl: str                # OURS or PYTORCH
-    ours_ms: float
-    pytorch_ms: float
+    ours_ms: float           # device
+    pytorch_ms: float        # device
     seconds: float           # wall time of the decision (timing both sides, warm-ups included)
+    ours_host_ms: float = 0.0
+    pytorch_host_ms: float = 0.0
+
+    @property
+    def ours_total_ms(self) -> float:
+        return self.ours_ms + self.ours_host_ms
+
+    @property
+    def pytorch_total_ms(self) -> float:
+        return self.pytorch_ms + self.pytorch_host_ms
 
     @property
     def speedup(self) -> float:
-        """PyTorch's time over ours (> 1: ours faster)."""
-        return self.pytorch_ms / self.ours_ms if self.ours_ms > 0 else float("inf")
+        """PyTorch's total (device + host) time over ours, what the decision compared (> 1: ours faster)."""
+        return self.pytorch_total_ms / self.ours_total_ms if self.ours_total_ms > 0 else float("inf")
+
+
+#: Clock cycles of the sleep kernel queued before each timed CUDA call: about 0.25–0.35 ms at
+#: 1.4–2 GHz, several times the host side of one convolution call, which it must outlast (any
+#: excess would show in the device time too).
+HOLD_CYCLES = 500_000
 
 
 @dataclass(frozen=True)
 class EventTimer:
     """The default timer: ``warmup`` untimed calls, then up to ``repeats`` timed ones (at least one),
-    stopping once they add up to ``budget_ms``; returns their median. CUDA: events on the current
-    stream, synchronized after each call; other devices: wall time (their calls are synchronous)."""
+    stopping once their device times add up to ``budget_ms``; returns the medians of the device and
+    host times. CUDA: a ``hold_cycles`` sleep kernel, then events around the call on the current
+    stream, synchronized after each call; the host time is the call's wall time. Other devices:
+    wall time as device time, host 0 (their calls are synchronous: the wall time is all of it)."""
 
     warmup: int = 1
     repeats: int = 5
     budget_ms: float = 25.0
+    hold_cycles: int = HOLD_CYCLES
 
-    def __call__(self, run: Callable[[], Any], device: torch.device) -> float:
+    def __call__(self, run: Callable[[], Any], device: torch.device) -> Timing:
         for _ in range(self.warmup):
             run()
-        samples: list[float] = []
-        while not samples or (len(samples) < self.repeats and sum(samples) < self.budget_ms):
-            samples.append(_once_ms(run, device))
-        return statistics.median(samples)
+        samples: list[Timing] = []
+        while not samples or (len(samples) < self.repeats and sum(s.device_ms for s in samples) < self.budget_ms):
+            samples.append(_once(run, device, self.hold_cycles))
+        return Timing(statistics.median(s.device_ms for s in samples), statistics.median(s.host_ms for s in samples))
 
 
-def _once_ms(run: Callable[[], Any], device: torch.device) -> float:
-    """Milliseconds of one ``run()``."""
+def _once(run: Callable[[], Any], device: torch.device, hold_cycles: int) -> Timing:
+    """Device and host milliseconds of one ``run()``."""
     if device.type != "cuda":
         start = time.perf_counter()
         run()
-        return 1e3 * (time.perf_counter() - start)
+        return Timing(1e3 * (time.perf_counter() - start))
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    if hold_cycles:  # the stream stays busy while the host enqueues the call: no launch gaps in the events
+        torch.cuda._sleep(hold_cycles)
     start.record()
+    begin = time.perf_counter()
     run()
+    host_s = time.perf_counter() - begin
     end.record()
     end.synchronize()
-    return start.elapsed_time(end)
+    return Timing(start.elapsed_time(end), 1e3 * host_s)
+
+
+def as_timing(measured: Timing | float) -> Timing:
+    """A timer's answer as a :class:`Timing` (a plain number: device milliseconds, no host cost)."""
+    return measured if isinstance(measured, Timing) else Timing(float(measured))
 
 
 def is_capturing(device: torch.device) -> bool:
@@ -122,15 +182,18 @@ def is_capturing(device: torch.device) -> bool:
 
 def decide(timer: Timer, run_ours: Callable[[], Any], run_pytorch: Callable[[], Any],
            device: torch.device) -> Decision:
-    """Time both implementations with ``timer`` and keep the faster (ours on a tie)."""
+    """Time both implementations with ``timer`` and keep the one with the smaller device + host
+    time per call (ours on a tie)."""
     start = time.perf_counter()
-    ours_ms = float(timer(run_ours, device))
-    pytorch_ms = float(timer(run_pytorch, device))
-    impl = OURS if ours_ms <= pytorch_ms else PYTORCH
-    return Decision(impl, ours_ms, pytorch_ms, time.perf_counter() - start)
+    ours = as_timing(timer(run_ours, device))
+    pytorch = as_timing(timer(run_pytorch, device))
+    impl = OURS if ours.total_ms <= pytorch.total_ms else PYTORCH
+    return Decision(impl, ours.device_ms, pytorch.device_ms, time.perf_counter() - start, ours.host_ms,
+                    pytorch.host_ms)
 
 
 def log_decision(problem_key: str, kernel: str, decision: Decision) -> None:
-    """The one INFO line of a decision."""
-    log.info("tiledispatch: %s: ours %.4f ms (%s), PyTorch %.4f ms -> %s", problem_key, decision.ours_ms,
-             kernel, decision.pytorch_ms, "ours" if decision.impl == OURS else "PyTorch")
+    """The one INFO line of a decision (device time, then host time per call)."""
+    log.info("tiledispatch: %s: ours %.4f ms + host %.4f ms (%s), PyTorch %.4f ms + host %.4f ms -> %s",
+             problem_key, decision.ours_ms, decision.ours_host_ms, kernel, decision.pytorch_ms,
+             decision.pytorch_host_ms, "ours" if decision.impl == OURS else "PyTorch")

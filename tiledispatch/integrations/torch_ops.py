@@ -15,6 +15,12 @@ PyTorch's own convolution for that direction (:mod:`.torch_dispatch`: by default
 timed once per problem on CUDA); the ops, their schemas and fake implementations, and the layout of
 their results are the same whichever runs. Registering the ops is the only thing importing this
 module does.
+
+In eager mode the layers call :func:`conv_eager` instead: the same runtime calls per direction
+through a hand-written ``torch.autograd.Function`` (:class:`EagerConv`), without the custom ops'
+dispatcher (its schema handling and Python wrappers cost tens of µs per op call on the host, which a
+small, host-bound training step pays three times per layer); ``torch.compile`` and other tracing keep
+the custom ops, whose fake implementations describe them to the graph.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from collections.abc import Sequence
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from tiledispatch.native.problem import Direction
 
@@ -111,3 +118,45 @@ def _backward(ctx, grad_output):
 
 
 conv_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+# ---- eager mode: the same calls without the dispatcher ----------------------------------------------
+class EagerConv(torch.autograd.Function):
+    """``conv_fwd`` and its autograd for eager mode: forward and each needed backward direction call
+    the runtime exactly as the custom ops do (our kernel through its entry's launch plan, or
+    PyTorch's convolution, per the policy and its decisions), with the same results and layouts.
+    Double backward is not supported (as with the ops)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, stride: tuple[int, ...], pad_begin: tuple[int, ...],
+                pad_end: tuple[int, ...], dilation: tuple[int, ...], groups: int) -> Tensor:
+        runtime = get_runtime()
+        ctx.save_for_backward(x, weight)
+        ctx.conv = (runtime, stride, pad_begin, pad_end, dilation, groups)
+        return runtime.run(Direction.FORWARD, x, weight, tuple(x.shape), tuple(weight.shape), groups, stride,
+                           pad_begin, pad_end, dilation)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_output: Tensor):
+        x, weight = ctx.saved_tensors
+        runtime, stride, pad_begin, pad_end, dilation, groups = ctx.conv
+        x_shape, w_shape = tuple(x.shape), tuple(weight.shape)
+        grad_x = grad_w = None
+        if ctx.needs_input_grad[0]:
+            grad_x = runtime.run(Direction.BACKWARD_DATA, grad_output, weight, x_shape, w_shape, groups, stride,
+                                 pad_begin, pad_end, dilation)
+        if ctx.needs_input_grad[1]:
+            grad_w = runtime.run(Direction.BACKWARD_WEIGHT, x, grad_output, x_shape, w_shape, groups, stride,
+                                 pad_begin, pad_end, dilation)
+        return grad_x, grad_w, None, None, None, None, None
+
+
+def conv_eager(x: Tensor, weight: Tensor, stride: tuple[int, ...], pad_begin: tuple[int, ...],
+               pad_end: tuple[int, ...], dilation: tuple[int, ...], groups: int) -> Tensor:
+    """``conv_fwd`` in eager mode (tuples of ints for the parameters): :class:`EagerConv` when a
+    gradient can flow, else the forward alone (no autograd node to build)."""
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        return EagerConv.apply(x, weight, stride, pad_begin, pad_end, dilation, groups)
+    return get_runtime().run(Direction.FORWARD, x, weight, tuple(x.shape), tuple(weight.shape), groups, stride,
+                             pad_begin, pad_end, dilation)

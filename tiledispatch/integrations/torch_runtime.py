@@ -18,8 +18,9 @@ Which implementation serves a call, ours or PyTorch's own convolution, is the ru
 (:mod:`.torch_dispatch`; default ``auto``: the faster of both per problem on CUDA, timed once).
 
 Per-call host cost on a cache hit: one dict lookup keyed by shapes and parameters (the
-:class:`ConvProblem`, its kernel and, under ``fastest``, its decision are built once per shape), then
-``launch.run`` or PyTorch's convolution.
+:class:`ConvProblem`, its kernel, its :class:`~tiledispatch.native.launch.LaunchPlan` and, under
+``fastest``, its decision are made once per shape), then the plan's ``run`` (operand checks, output and
+workspace allocation, launches with bound pointers) or PyTorch's convolution.
 """
 
 from __future__ import annotations
@@ -64,17 +65,25 @@ def channels_last(tensor: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Entry:
-    """A problem with its chosen kernel, how to launch it and, once made, the ``fastest`` decision."""
+    """A problem with its chosen kernel, how to launch it (its cached launch plan) and, once made,
+    the ``fastest`` decision."""
 
     problem: ConvProblem
     choice: Choice
     backend: str                     # compiled | jit | interpret
     loader: Any = None
     decision: Decision | None = None
+    plan: Any = None                 # the LaunchPlan of (problem, config, backend, loader); None: looked up per call
 
     @property
     def config(self) -> KernelConfig:
         return self.choice.config
+
+    def with_plan(self) -> Entry:
+        """This entry with its launch plan (built now, or taken from the process's plan cache)."""
+        from tiledispatch.native import launch
+
+        return replace(self, plan=launch.launch_plan(self.problem, self.config, self.backend, self.loader))
 
 
 class Runtime:
@@ -221,6 +230,7 @@ class Runtime:
                 entry = Entry(problem, self._jit().select(problem), "jit")
         else:
             entry = Entry(problem, selector.select(problem), "jit")
+        entry = entry.with_plan()
         self._entries[key] = entry
         return entry
 
@@ -254,11 +264,13 @@ class Runtime:
 
     def dispatch_report(self) -> list[dict[str, Any]]:
         """One dict per problem decided under ``fastest``: problem key, direction, our kernel and its
-        source, the implementation chosen (``ours``/``pytorch``), both times in ms, PyTorch's time over
-        ours (``speedup``) and the decision's wall time (``decision_s``)."""
+        source, the implementation chosen (``ours``/``pytorch``), both device times and both host
+        times per call in ms, PyTorch's total time over ours (``speedup``, what the decision compared)
+        and the decision's wall time (``decision_s``)."""
         return [{"problem": e.problem.key, "direction": e.problem.direction.value, "kernel": e.config.name,
                  "source": e.choice.source, "backend": e.backend, "impl": e.decision.impl,
                  "ours_ms": e.decision.ours_ms, "pytorch_ms": e.decision.pytorch_ms,
+                 "ours_host_ms": e.decision.ours_host_ms, "pytorch_host_ms": e.decision.pytorch_host_ms,
                  "speedup": e.decision.speedup, "decision_s": e.decision.seconds}
                 for e in self.entries() if e.decision is not None]
 
@@ -301,11 +313,10 @@ class Runtime:
         return self._launch(entry, first, second)
 
     def _launch(self, entry: Entry, first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
-        """Our kernel of ``entry`` on the two operands (copied to aligned channels-last if they are not)."""
-        from tiledispatch.native import launch
-
-        return launch.run(entry.problem, entry.config, channels_last(first), channels_last(second),
-                          backend=entry.backend, loader=entry.loader, check_support=False)
+        """Our kernel of ``entry`` on the two operands (copied to aligned channels-last if they are
+        not), through the entry's launch plan: checks and pointer binding only."""
+        plan = entry.plan if entry.plan is not None else entry.with_plan().plan
+        return plan.run(channels_last(first), channels_last(second), check_support=False)
 
     def _decide(self, entry: Entry, call: tuple) -> Decision | None:
         """Time ours and PyTorch's on ``call``'s tensors and cache the faster in the entry (one INFO
