@@ -579,6 +579,7 @@ def environment_manifest(settings: BenchSettings, ceilings: Ceilings) -> dict:
     try:
         driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                                 capture_output=True, text=True, timeout=30).stdout.strip()
+        driver = driver.splitlines()[0] if driver else "unknown"  # one line per GPU, the same driver
     except (OSError, subprocess.SubprocessError):
         driver = "unknown"
     return {

@@ -22,6 +22,9 @@ gmerge     igemm with ``merge`` groups per CTA and a        as igemm, over the m
 gemm1x1    1×1, stride 1, no padding: a plain GEMM          as igemm
 direct     CUDA-core FMA (depthwise and small C/G),         positions × channels × 1 (depthwise tap
            vectorised over channels                         rows: × filter columns unrolled, 4 or 8)
+tma        stride-1 implicit GEMM over a zero-padded copy   padded positions × GEMM N × channels per
+           of the activations: every operand tile is one    tap step (forward and backward-data)
+           rectangular TMA box, no per-element addressing
 =========  ===============================================  =========================================
 
 ``split_k`` (backward-weight only) splits the reduction over N·prod(out) into that many parts
@@ -48,10 +51,18 @@ class Family(str, Enum):
     GMERGE = "gmerge"
     GEMM1X1 = "gemm1x1"
     DIRECT = "direct"
+    TMA = "tma"
 
     @property
     def uses_tensor_cores(self) -> bool:
         return self is not Family.DIRECT
+
+    @property
+    def directions(self) -> tuple[Direction, ...]:
+        """The directions the family has kernels for (tma: forward and backward-data)."""
+        if self is Family.TMA:
+            return (Direction.FORWARD, Direction.BACKWARD_DATA)
+        return tuple(Direction)
 
 
 @dataclass(frozen=True)
@@ -100,6 +111,14 @@ class KernelConfig:
             raise ConfigError("split_k: only backward_weight kernels split the reduction")
         if (self.merge > 1) != (self.family is Family.GMERGE):
             raise ConfigError("merge: must be > 1 exactly for the gmerge family")
+        if self.direction not in self.family.directions:
+            raise ConfigError(f"family: {self.family.value} kernels run "
+                              f"{' and '.join(d.value for d in self.family.directions)}, not {self.direction.value}")
+        if self.family is Family.TMA:
+            if self.vec != 8 or self.index64:
+                raise ConfigError("vec/index64: tma kernels need 16-byte-aligned channel runs (v8) and 32-bit indices")
+            if self.dtype is DType.FP32:
+                raise ConfigError("dtype: tma kernels are bf16/fp16 (fp32 runs on the exact igemm dots)")
         if self.family.uses_tensor_cores:
             if self.block_k < 16 or self.block_m < 16 or self.block_n < 16:
                 raise ConfigError("block_m/block_n/block_k: tensor-core tiles need every side >= 16")

@@ -64,6 +64,17 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
     default rule can accept (a pure speed-up: the rules below still decide membership)."""
     bwd_weight = direction is Direction.BACKWARD_WEIGHT
     for family in Family:
+        if direction not in family.directions:
+            continue
+        if family is Family.TMA:
+            if dtype is DType.FP32:
+                continue
+            domains = (_TC_BLOCK_M, _TC_BLOCK_N, _TC_BLOCK_K, _TC_WARPS, _TC_STAGES, _GROUP_M)
+            if narrow:
+                domains = ((64, 128, 256), (64, 128, 256), (16, 32, 64), (4, 8), (3, 4), (8,))
+            for bm, bn, bk, warps, stages, gm in itertools.product(*domains):
+                yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, stages, gm, 1, 1, 8, False)
+            continue
         if family is Family.DIRECT:
             domains = (_DIRECT_BLOCK_M, _DIRECT_BLOCK_N, _DIRECT_TAPS_W, _DIRECT_WARPS,
                        _SPLIT_K if bwd_weight else (1,), (1, 8), (False, True))
@@ -89,6 +100,15 @@ def _full_rule(config: KernelConfig, arch: ArchSpec) -> bool:
 
 
 # ---- selection rules (default) --------------------------------------------------------------
+#: tma (block_m, block_n, block_k, warps, stages, group_m): 128-wide tiles on two warpgroups, 64-wide
+#: on one; block_k 32/16 for groups whose channel count 64 does not divide; stages fill ~100-150 KB.
+_TMA_DEFAULT_TILES = frozenset({
+    (128, 128, 64, 8, 4, 8), (128, 256, 64, 8, 3, 8), (256, 128, 64, 8, 3, 8), (128, 64, 64, 4, 4, 8),
+    (64, 128, 64, 4, 4, 8), (64, 64, 64, 4, 4, 8), (128, 128, 32, 8, 4, 8), (128, 64, 32, 4, 4, 8),
+    (64, 64, 32, 4, 4, 8), (128, 64, 16, 4, 4, 8), (64, 64, 16, 4, 4, 8),
+})
+
+
 def _default_rule(config: KernelConfig) -> bool:
     """The registry shipped and measured by default: a few hundred kernels per (direction, dtype)."""
     c = config
@@ -123,6 +143,8 @@ def _default_rule(config: KernelConfig) -> bool:
         if c.direction is Direction.BACKWARD_DATA:  # the other tiles spill (H200 build of 735ad29)
             return tile in ((64, 32), (128, 16))
         return tile in ((64, 16), (64, 32), (128, 16), (128, 32), (64, 64), (32, 32))
+    if c.family is Family.TMA:
+        return (c.block_m, c.block_n, c.block_k, c.num_warps, c.num_stages, c.group_m) in _TMA_DEFAULT_TILES
     if c.group_m != 8 or c.split_k not in (1, 4, 16):
         return False
     tile = (c.block_m, c.block_n, c.block_k)
@@ -177,6 +199,8 @@ def _tiny_rule(config: KernelConfig) -> bool:
         return (c.block_m, c.block_n, c.vec) == (64, 32, 1) and c.split_k in (1, 8)
     if c.family is Family.GMERGE:
         return (c.block_m, c.block_n, c.block_k, c.merge) == (64, 32, 32, 4) and c.split_k in (1, 4)
+    if c.family is Family.TMA:
+        return (c.block_m, c.block_n, c.block_k) == (64, 64, 32)
     if c.family is Family.GEMM1X1 and c.ndim == 3:  # default keeps a single 3D 1x1 tile
         return (c.block_m, c.block_n, c.block_k) == (128, 64, 64) and c.split_k in (1, 4)
     return (c.block_m, c.block_n, c.block_k) == (64, 64, 32) and c.vec == 1 and c.split_k in (1, 4)

@@ -84,6 +84,10 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
         if problem.filter_size[-1] > config.block_k:
             return Support(False, f"filter_size: direct block_k {config.block_k} unrolls at most {config.block_k} "
                                   f"filter columns, got {problem.filter_size[-1]}")
+    if config.family is Family.TMA:
+        refusal = _tma_refusal(problem, config)
+        if refusal:
+            return Support(False, refusal)
     if config.split_k > 1:
         reduction = problem.batch * math.prod(problem.output_size)
         step = config.block_m if config.family is Family.DIRECT else config.block_k
@@ -91,6 +95,27 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
             return Support(False, f"batch/output size: reduction of {reduction} positions is too short for "
                                   f"split_k={config.split_k} steps of {step}")
     return _YES
+
+
+def _tma_refusal(problem: ConvProblem, config: KernelConfig) -> str:
+    """Why a ``tma`` kernel cannot run the problem ('' when it can): stride 1, every tile of the
+    reduction inside one group, pads the padded copy can express, 32-bit padded offsets."""
+    from tiledispatch.native.kernels.tma_conv import geometry, padding
+
+    if any(s != 1 for s in problem.stride):
+        return f"stride: tma kernels need stride 1, got {list(problem.stride)}"
+    shape = geometry(problem)
+    reduction_name = "in_channels" if problem.direction.value == "fwd" else "out_channels"
+    if shape["rg"] % config.block_k:
+        return (f"{reduction_name}: {shape['rg']} per group is not a multiple of the tma kernel's "
+                f"block_k {config.block_k}")
+    begin, end = padding(problem)
+    if min(begin + end) < 0:
+        return (f"pad_begin/pad_end: backward-data tma kernels need pads <= dilation*(filter-1), got "
+                f"{list(problem.pad_begin)}/{list(problem.pad_end)}")
+    if shape["rows"] * problem.groups * shape["rg"] > INT32_INDEX_LIMIT:
+        return "input/output: the padded activations exceed 2^31-1 elements (tma kernels index in 32 bits)"
+    return ""
 
 
 def supported_configs(problem: ConvProblem, configs: Iterable[KernelConfig]) -> list[KernelConfig]:

@@ -30,6 +30,13 @@ SHAPES_2D = {
     # partial last block when 4 are merged.
     "small_groups": dict(batch=6, groups=6, in_channels=24, out_channels=24, input_size=(5, 6), filter_size=(3, 3),
                          stride=(2, 1), dilation=(1, 1), pad_begin=(1, 1), pad_end=(0, 1)),
+    # Stride 1 (tma), 16 input and 32 output channels per group (the reduction of either data
+    # direction splits into 16-channel blocks), dilation and asymmetric pads.
+    "stride1_grouped": dict(batch=2, groups=2, in_channels=32, out_channels=64, input_size=(5, 6),
+                            filter_size=(3, 2), stride=(1, 1), dilation=(1, 2), pad_begin=(1, 0), pad_end=(0, 2)),
+    # No padding: the forward tma kernel reads the input in place (no padded copy).
+    "stride1_valid": dict(batch=2, groups=1, in_channels=32, out_channels=16, input_size=(4, 5), filter_size=(2, 2),
+                          stride=(1, 1), dilation=(1, 1), pad_begin=(0, 0), pad_end=(0, 0)),
 }
 SHAPES_3D = {
     "grouped_odd": dict(batch=3, groups=2, in_channels=6, out_channels=10, input_size=(3, 4, 5),
@@ -43,6 +50,9 @@ SHAPES_3D = {
     "small_groups": dict(batch=3, groups=6, in_channels=24, out_channels=24, input_size=(3, 4, 5),
                          filter_size=(3, 3, 3), stride=(1, 1, 2), dilation=(1, 1, 1), pad_begin=(1, 1, 1),
                          pad_end=(1, 1, 0)),
+    "stride1_grouped": dict(batch=2, groups=2, in_channels=32, out_channels=32, input_size=(3, 4, 5),
+                            filter_size=(2, 3, 3), stride=(1, 1, 1), dilation=(2, 1, 1), pad_begin=(1, 1, 0),
+                            pad_end=(1, 0, 1)),
 }
 
 # Which shapes each family is exercised on (each must be supported by the family).
@@ -51,6 +61,7 @@ FAMILY_SHAPES = {
     Family.GMERGE: ("grouped_odd", "dw_multiplier", "depthwise", "small_groups"),
     Family.GEMM1X1: ("aligned_1x1",),
     Family.DIRECT: ("depthwise", "dw_multiplier", "grouped_odd", "stride3", "depthwise_odd", "depthwise_7x7"),
+    Family.TMA: ("stride1_grouped", "stride1_valid"),
 }
 
 
@@ -79,9 +90,9 @@ def cases(ndims=(2, 3)):
             for label in labels:
                 if label not in available:
                     continue
-                for direction in Direction:
+                for direction in family.directions:
                     variants = [dict()]
-                    if family is Family.GEMM1X1:
+                    if family in (Family.GEMM1X1, Family.TMA):
                         variants = [dict(vec=8)]
                     if family is Family.IGEMM and label == "grouped_odd":
                         variants.append(dict(index64=True))
@@ -130,6 +141,13 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
     """Every family × warps (× split-K for backward-weight) × vec for one direction/dtype/ndim."""
     out = []
     for family in Family:
+        if direction not in family.directions:
+            continue
+        if family is Family.TMA:  # aligned only; bf16/fp16
+            if dtype is not DType.FP32:
+                out += [KernelConfig(direction, dtype, ndim, family, 64, 64, 32, 4, 4, 8, 1, 1, 8),
+                        KernelConfig(direction, dtype, ndim, family, 128, 128, 64, 8, 4, 8, 1, 1, 8)]
+            continue
         for num_warps in (4, 8):
             for split_k in ((1, 4) if direction is Direction.BACKWARD_WEIGHT else (1,)):
                 for vec in (1, 8):
@@ -143,3 +161,44 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
         for block_m, block_n in ((128, 256), (256, 128)):
             out.append(KernelConfig(direction, dtype, ndim, Family.IGEMM, block_m, block_n, 64, 8, 3, 8, 1, 1, 8))
     return out
+
+
+# Real (problem key, kernel) pairs that the H200 end-to-end run selected (bench/results/
+# 2026-11-22_h200_s3/torch_e2e), one per launch structure: depthwise direct (one program), the
+# depthwise tap rows (weight transposition + rows), igemm, gmerge with weight packing (pack + main)
+# in both data directions, split-K backward-weight with its reduction, 2D and 3D. Shared by the
+# launch-plan tests and bench/launch_overhead.py.
+MODEL_CASES = [
+    ("fwd_2d_depthwise_direct", "fwd|bf16|2d|n32|g144|c144|k144|in56x56|f3x3|s1x1|d1x1|pb1x1|pe1x1",
+     "gconv_fwd_bf16_2d_direct_128x32x1_w4_s1_gm1_sk1_mg1_v8_i32"),
+    ("fwd_2d_depthwise_taprows", "fwd|bf16|2d|n32|g144|c144|k144|in56x56|f3x3|s1x1|d1x1|pb1x1|pe1x1",
+     "gconv_fwd_bf16_2d_direct_128x32x8_w4_s1_gm1_sk1_mg1_v8_i32"),
+    ("fwd_2d_igemm", "fwd|bf16|2d|n32|g32|c512|k512|in28x28|f3x3|s2x2|d1x1|pb1x1|pe1x1",
+     "gconv_fwd_bf16_2d_igemm_128x32x32_w4_s4_gm8_sk1_mg1_v8_i32"),
+    ("fwd_2d_gmerge_pack", "fwd|bf16|2d|n32|g32|c128|k128|in56x56|f3x3|s1x1|d1x1|pb1x1|pe1x1",
+     "gconv_fwd_bf16_2d_gmerge_128x64x64_w4_s3_gm8_sk1_mg16_v8_i32"),
+    ("bwd_data_2d_gmerge_pack", "bwd_data|bf16|2d|n32|g32|c128|k128|in56x56|f3x3|s1x1|d1x1|pb1x1|pe1x1",
+     "gconv_bwd_data_bf16_2d_gmerge_128x32x32_w4_s4_gm8_sk1_mg8_v8_i32"),
+    ("bwd_data_2d_depthwise_taprows", "bwd_data|bf16|2d|n32|g144|c144|k144|in56x56|f3x3|s1x1|d1x1|pb1x1|pe1x1",
+     "gconv_bwd_data_bf16_2d_direct_64x32x8_w4_s1_gm1_sk1_mg1_v8_i32"),
+    ("bwd_weight_2d_gmerge_splitk", "bwd_weight|bf16|2d|n32|g32|c128|k128|in56x56|f3x3|s1x1|d1x1|pb1x1|pe1x1",
+     "gconv_bwd_weight_bf16_2d_gmerge_64x32x64_w4_s3_gm8_sk16_mg16_v8_i32"),
+    ("bwd_weight_2d_depthwise_splitk", "bwd_weight|bf16|2d|n32|g192|c192|k192|in28x28|f3x3|s2x2|d1x1|pb1x1|pe1x1",
+     "gconv_bwd_weight_bf16_2d_direct_128x16x1_w4_s1_gm1_sk32_mg1_v8_i32"),
+    ("fwd_3d_depthwise_direct", "fwd|bf16|3d|n32|g96|c96|k96|in8x28x28|f3x3x3|s1x1x1|d1x1x1|pb1x1x1|pe1x1x1",
+     "gconv_fwd_bf16_3d_direct_64x32x1_w4_s1_gm1_sk1_mg1_v8_i32"),
+    ("bwd_data_3d_depthwise_direct", "bwd_data|bf16|3d|n32|g96|c96|k96|in8x7x7|f3x3x3|s1x1x1|d1x1x1|pb1x1x1|pe1x1x1",
+     "gconv_bwd_data_bf16_3d_direct_128x16x1_w4_s1_gm1_sk1_mg1_v8_i32"),
+    ("bwd_weight_3d_direct_splitk", "bwd_weight|bf16|3d|n32|g96|c96|k96|in8x14x14|f3x3x3|s1x1x1|d1x1x1|pb1x1x1|pe1x1x1",
+     "gconv_bwd_weight_bf16_3d_direct_128x16x1_w4_s1_gm1_sk32_mg1_v8_i32"),
+    ("bwd_weight_3d_gmerge_splitk", "bwd_weight|bf16|3d|n16|g96|c96|k96|in8x56x56|f3x3x3|s1x8x8|d1x1x1|pb1x1x1|pe1x1x1",
+     "gconv_bwd_weight_bf16_3d_gmerge_64x32x64_w4_s3_gm8_sk4_mg16_v8_i32"),
+]
+
+
+def model_case(label: str) -> tuple[ConvProblem, KernelConfig]:
+    """The problem and kernel of one :data:`MODEL_CASES` entry."""
+    from tiledispatch.native.configs import parse_kernel_name
+
+    _, key, kernel = next(c for c in MODEL_CASES if c[0] == label)
+    return ConvProblem.from_key(key), parse_kernel_name(kernel)

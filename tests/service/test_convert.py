@@ -154,3 +154,11 @@ def test_run_tensors_are_validated_by_name():
     with pytest.raises(InvalidArgument) as caught:
         convert.run_query(pb.RunRequest(problem=codec.problem_to_proto(TINY)))
     assert caught.value.field == "inputs"
+
+
+def test_every_kernel_family_has_its_own_proto_value():
+    from tiledispatch.native.configs import Family
+
+    values = [codec.FAMILY_TO_PROTO[family.value] for family in Family]
+    assert len(set(values)) == len(values)
+    assert all(codec.FAMILY_FROM_PROTO[value] == family.value for value, family in zip(values, Family))
