@@ -14,13 +14,15 @@ DEADLINE_S=${DEADLINE_S:-1500}
 WORK=${WORK:-/tmp/tdwork}
 STEPS=${STEPS:-build test dev report torch e2e collect}
 left() { echo $(( DEADLINE_S - ($(date +%s) - START) )); }
-rm -rf /tmp/repo && cp -r "$PWD" /tmp/repo && cd /tmp/repo || exit 1
+# REPO/REG let two copies run at once, one per GPU (CUDA_VISIBLE_DEVICES), sharing one registry.
+REPO=${REPO:-/tmp/repo}
+rm -rf "$REPO" && cp -r "$PWD" "$REPO" && cd "$REPO" || exit 1
 for pair in native:native models:models server:server client:client v1:proto/tiledispatch/v1; do
   ln -sfn "$PWD/${pair#*:}" "tiledispatch/${pair%%:*}"
 done
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export TILEDISPATCH_SHARED_DIR=${TILEDISPATCH_SHARED_DIR:-$PWD/.shared}
-REG="$WORK/registry"
+REG=${REG:-$WORK/registry}
 export TILEDISPATCH_REGISTRY_DIR="$REG" TILEDISPATCH_TEST_REGISTRY="$REG"
 mkdir -p "$WORK/logs"
 rm -f "$WORK/DONE"
