@@ -42,6 +42,7 @@ from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.kernels import gmerge_pack
 from tiledispatch.native.kernels.base import Launch, Program, cdiv, int_type, pointer_type, tensor_core_constexprs
 from tiledispatch.native.kernels.igemm_fwd import aligned_channels, spatial_args
+from tiledispatch.native.kernels.tiles import grouped_tile
 from tiledispatch.native.problem import ConvProblem, Direction
 
 _SIZE_PARAMS = ("BATCH", "GROUPS", "CG", "KG", "IN_D", "IN_H", "IN_W", "OUT_D", "OUT_H", "OUT_W",
@@ -89,11 +90,7 @@ def _igemm_bwd_data_kernel(
     group_block = tl.program_id(1)
 
     # Grouped (swizzled) ordering of the (m, n) tiles of one class, for L2 reuse.
-    pids_in_group = GROUP_M * num_pid_n
-    first_m = (pid // pids_in_group) * GROUP_M
-    group_rows = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % pids_in_group) % group_rows
-    pid_n = (pid % pids_in_group) // group_rows
+    pid_m, pid_n = grouped_tile(pid, num_pid_m, num_pid_n, GROUP_M)
     c0 = group_block * GC  # first dX channel of the merged block (= g0·C/G)
     k0 = group_block * GK  # first dY channel of the merged block (= g0·K/G)
 

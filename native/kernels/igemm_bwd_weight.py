@@ -45,6 +45,7 @@ import triton.language as tl
 from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.kernels.base import Launch, Program, cdiv, int_type, pointer_type, tensor_core_constexprs
 from tiledispatch.native.kernels.igemm_fwd import aligned_channels, spatial_args
+from tiledispatch.native.kernels.tiles import grouped_tile
 from tiledispatch.native.problem import ConvProblem, Direction
 
 _SIZE_PARAMS = ("BATCH", "GROUPS", "CG", "KG", "IN_D", "IN_H", "IN_W", "OUT_D", "OUT_H", "OUT_W",
@@ -79,11 +80,7 @@ def _igemm_bwd_weight_kernel(
     num_pid_m = tl.cdiv(GK, BLOCK_M)
     c_tiles = tl.cdiv(GC, BLOCK_N)
     num_pid_n = taps * c_tiles
-    pids_in_group = GROUP_M * num_pid_n
-    first_m = (pid // pids_in_group) * GROUP_M
-    group_rows = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % pids_in_group) % group_rows
-    pid_n = (pid % pids_in_group) // group_rows
+    pid_m, pid_n = grouped_tile(pid, num_pid_m, num_pid_n, GROUP_M)
     tap = pid_n // c_tiles
     pid_c = pid_n % c_tiles
     c0 = group_block * GC  # first input channel of the merged block (= g0·C/G)

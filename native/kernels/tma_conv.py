@@ -42,6 +42,7 @@ import triton.language as tl
 
 from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.kernels.base import Launch, Program, cdiv, pointer_type
+from tiledispatch.native.kernels.tiles import grouped_tile
 from tiledispatch.native.problem import ConvProblem, Direction
 
 PAD_ROWS = 32
@@ -52,6 +53,16 @@ _ALIGN_ELEMENTS = 8
 
 
 @triton.jit
+def _padded_position(q, DP, HP, WP):
+    """(n, d, h, w) of padded row ``q = ((n·DP + d)·HP + h)·WP + w``."""
+    w = q % WP
+    t = q // WP
+    h = t % HP
+    t = t // HP
+    return t // DP, t % DP, h, w
+
+
+@triton.jit
 def _pad_kernel(src_ptr, dst_ptr, ROWS, CHANNELS, IN_D, IN_H, IN_W, DP, HP, WP, PAD_D, PAD_H, PAD_W,
                 BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """``dst[q, c] = src[n, d − PAD_D, h − PAD_H, w − PAD_W, c]`` inside the source, 0 outside, for
@@ -59,12 +70,7 @@ def _pad_kernel(src_ptr, dst_ptr, ROWS, CHANNELS, IN_D, IN_H, IN_W, DP, HP, WP, 
     CHANNELS = (CHANNELS // 8) * 8  # 16-byte channel runs (the support check guarantees C % 8 == 0)
     q = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    w = q % WP
-    t = q // WP
-    h = t % HP
-    t = t // HP
-    d = t % DP
-    n = t // DP
+    n, d, h, w = _padded_position(q, DP, HP, WP)
     i_d = d - PAD_D
     i_h = h - PAD_H
     i_w = w - PAD_W
@@ -108,11 +114,7 @@ def _tma_conv_kernel(
     g = tl.program_id(1)
     num_pid_m = tl.cdiv(ROWS, BLOCK_M)
     num_pid_n = tl.cdiv(OG, BLOCK_N)
-    pids_in_group = GROUP_M * num_pid_n
-    first_m = (pid // pids_in_group) * GROUP_M
-    group_rows = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % pids_in_group) % group_rows
-    pid_n = (pid % pids_in_group) // group_rows
+    pid_m, pid_n = grouped_tile(pid, num_pid_m, num_pid_n, GROUP_M)
     q0 = pid_m * BLOCK_M
     n0 = pid_n * BLOCK_N
 
@@ -136,12 +138,7 @@ def _tma_conv_kernel(
         acc = tl.dot(a, b.T, acc)
 
     q = q0 + tl.arange(0, BLOCK_M)
-    w = q % WP
-    t = q // WP
-    h = t % HP
-    t = t // HP
-    d = t % DP
-    n = t // DP
+    n, d, h, w = _padded_position(q, DP, HP, WP)
     row_ok = (q < ROWS) & (w < OUT_W) & (h < OUT_H) & (d < OUT_D)
     cols = n0 + tl.arange(0, BLOCK_N)
     out_row = ((n * OUT_D + d) * OUT_H + h) * OUT_W + w
