@@ -349,9 +349,8 @@ def test_plan_cache():
 
 
 # ---- plan() that placeholders cannot record -------------------------------------------------------
-class _AllocatingTemplate:
-    """A template whose plan() zeroes a scratch tensor it allocates itself: not an operand, not the
-    workspace, so the plan cannot be recorded and runs per call."""
+class _WrappedTemplate:
+    """Another template's programs and workspace; subclasses change its plan()."""
 
     def __init__(self, inner):
         self.inner, self.direction, self.families = inner, inner.direction, inner.families
@@ -361,6 +360,11 @@ class _AllocatingTemplate:
 
     def workspace_elements(self, problem, config):
         return self.inner.workspace_elements(problem, config)
+
+
+class _AllocatingTemplate(_WrappedTemplate):
+    """A template whose plan() zeroes a scratch tensor it allocates itself: not an operand, not the
+    workspace, so the plan cannot be recorded and runs per call."""
 
     def plan(self, problem, config, first, second, out, workspace):
         from dataclasses import replace
@@ -391,19 +395,10 @@ def test_untraced_plan_runs_plan_per_call(compiled_on_cpu, monkeypatch):
     assert runs[0] == runs[1] and [name for name, *_ in runs[0]] == ["pack", "main"]
 
 
-class _OffsetViewsTemplate:
+class _OffsetViewsTemplate(_WrappedTemplate):
     """A split-K template whose reduction also gets views at byte offsets: the workspace from its
     17th element, the same bytes as fp16 from the 7th, and the output's second half (nothing runs:
     the views only have to reach the binaries as the same pointers)."""
-
-    def __init__(self, inner):
-        self.inner, self.direction, self.families = inner, inner.direction, inner.families
-
-    def programs(self, config):
-        return self.inner.programs(config)
-
-    def workspace_elements(self, problem, config):
-        return self.inner.workspace_elements(problem, config)
 
     def plan(self, problem, config, first, second, out, workspace):
         from dataclasses import replace
