@@ -441,17 +441,12 @@ def test_views_at_offsets_are_bound_at_their_offsets(compiled_on_cpu, monkeypatc
     assert runs[1][1][2][1] == ("grad_weight", result.numel() // 2 * result.element_size())
 
 
-class _PreparingTemplate:
+class _PreparingTemplate(_WrappedTemplate):
     """A template with per-call preparation (``before_launch``), recording the thread of each call."""
 
     def __init__(self, inner, threads: list):
-        self.inner, self.direction, self.families, self.threads = inner, inner.direction, inner.families, threads
-
-    def programs(self, config):
-        return self.inner.programs(config)
-
-    def workspace_elements(self, problem, config):
-        return self.inner.workspace_elements(problem, config)
+        super().__init__(inner)
+        self.threads = threads
 
     def plan(self, problem, config, first, second, out, workspace):
         return self.inner.plan(problem, config, first, second, out, workspace)
