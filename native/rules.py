@@ -116,11 +116,15 @@ def _default_rule(config: KernelConfig) -> bool:
     """The registry shipped and measured by default: a few hundred kernels per (direction, dtype)."""
     c = config
     if c.family is Family.DIRECT and c.block_k > 1:
-        # Depthwise tap rows, 2D only (3D keeps the general binaries, already far ahead of cuDNN),
-        # 16-byte channel vectors; tiles spill-free on sm_90 (ptxas of triton 3.6).
-        if c.ndim != 2 or c.num_warps != 4 or c.vec != 8 or c.index64 or c.dtype is DType.FP32:
+        # Depthwise tap rows, 16-byte channel vectors; tiles spill-free on sm_90 (ptxas of triton 3.6).
+        if c.num_warps != 4 or c.vec != 8 or c.index64 or c.dtype is DType.FP32:
             return False
         tile = (c.block_m, c.block_n)
+        if c.ndim == 3:
+            # 3D: the one tile measured (H200, dev suite of bb28fff, same run): n8 c192 16x28x28 3x3x3
+            # bwd_data 175.3 us vs 213.1 for the best general binary, fwd 125.7 vs 126.3 (72-80
+            # registers). 3D backward-weight keeps the general binaries (289.6 us, the tap rows untimed).
+            return c.direction is not Direction.BACKWARD_WEIGHT and (*tile, c.block_k) == (64, 32, 8)
         if c.direction is Direction.BACKWARD_WEIGHT:
             # One channel vector per thread and tap (76-119 registers); up to 64 splits, since a
             # program owns one filter row of a channel block and a 3x3 filter over 144 channels
@@ -184,7 +188,10 @@ def _default_rule(config: KernelConfig) -> bool:
             return tile in ((64, 32, 64), (64, 64, 64))
         return tile in ((64, 32, 32), (128, 32, 32), (64, 64, 64), (128, 64, 64))
     if c.family is Family.GEMM1X1 and c.ndim == 3:
-        return tile == (128, 64, 64) and c.vec == 8
+        # + one unaligned tile: on unaligned 3D 1x1 problems it beat every default kernel measured with
+        # it (H200, h200_s3 rows: bwd_data n4 c1312 g82 20x28x28 284 vs 813 us, n121 g4 c24 514 vs 677).
+        return (tile == (128, 64, 64) and c.vec == 8) or (
+            tile == (64, 32, 32) and c.vec == 1 and c.direction is not Direction.BACKWARD_WEIGHT)
     if c.vec == 1:
         return tile in v1_tiles
     if tile in ((128, 256, 64), (256, 128, 64)):
