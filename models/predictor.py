@@ -10,9 +10,7 @@
 Artifact formats (``artifact_format`` in ``feature_spec.json``; absent means 1): **1** the
 regressor alone, which both predicts and orders (ascending predicted µs); **2** the regressor and
 a ranker: the regressor still predicts the µs the service reports, the ranker's scores order the
-candidates (descending score; ``models/train.py`` says how its relevance labels are graded). Where
-the spec's ``ranker`` names a ``regressor_weight`` w (a finite number ≥ 0; absent: 0), the score
-that orders is ``ranker score − w · ln(predicted µs)`` (a blend of the two models). A
+candidates (descending score; ``models/train.py`` says how its relevance labels are graded). A
 format-2 folder whose ``ranker.txt`` is missing, unreadable or not a ranking model is refused
 with :class:`ModelLoadError` naming that file; a format this loader does not know is refused too.
 
@@ -127,8 +125,7 @@ class Ranking:
 
     ``order[i]`` is the index (into the configs given) of the i-th best candidate; ``predicted_us``
     and ``score`` follow the configs' order. ``by == "ranker"``: ``score`` is the ranker's raw score
-    (minus ``w · ln(predicted µs)`` for an artifact with a ``regressor_weight`` w) and ``order`` sorts
-    it descending; ``by == "predicted_us"``: ``score = −predicted_us``, so
+    and ``order`` sorts it descending; ``by == "predicted_us"``: ``score = −predicted_us``, so
     ``order`` sorts the predicted times ascending. Ties keep the configs' order (a stable sort: the
     same candidates always rank the same way)."""
 
@@ -166,8 +163,6 @@ class TrainedPredictor:
         self.artifact_format = int(spec.get("artifact_format", 1))
         self.forest = forest    # the regressor: log µs
         self.ranker = ranker    # format 2: orders the candidates (None: the regressor orders)
-        # Format 2: the served score is ranker score − regressor_weight · ln(predicted µs) (0: the ranker alone).
-        self.regressor_weight = float((spec.get("ranker") or {}).get("regressor_weight", 0.0)) if ranker else 0.0
         self.engine = engine
         self.columns = columns
         self.manifest = manifest
@@ -215,14 +210,8 @@ class TrainedPredictor:
         if len(configs) == 0:
             return Ranking.of(np.empty(0), None if self.ranker is None else np.empty(0))
         x = self._checked_features(problem, configs)
-        log_us = self.forest.predict(x)
-        predicted = np.exp(log_us)
-        if self.ranker is None:
-            return Ranking.of(predicted)
-        score = self.ranker.predict(x)
-        if self.regressor_weight:
-            score = score - self.regressor_weight * log_us
-        return Ranking.of(predicted, score)
+        predicted = np.exp(self.forest.predict(x))
+        return Ranking.of(predicted, None if self.ranker is None else self.ranker.predict(x))
 
 
 def rank(predictor: Any, problem: ConvProblem, configs: Sequence[KernelConfig]) -> Ranking:
@@ -260,10 +249,6 @@ def load(path: Path | str, engine: FeatureEngine | None = None) -> TrainedPredic
     forest = _load_forest(folder / REGRESSOR_FILE, names, ranking=False)
     ranker = (_load_forest(folder / RANKER_FILE, names, ranking=True)
               if RANKER_FILE in ARTIFACT_FORMATS[artifact_format] else None)
-    weight = (spec.get("ranker") or {}).get("regressor_weight", 0.0) if ranker is not None else 0.0
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not (0 <= weight < float("inf")):
-        raise ModelLoadError(f"{folder / 'feature_spec.json'}: ranker.regressor_weight {weight!r} is not a finite "
-                             "number >= 0")
     manifest_file = folder / "train_manifest.json"
     manifest = _read_json(manifest_file) if manifest_file.exists() else {}
     columns = np.array([engine.index[n] for n in names], dtype=np.int64)

@@ -32,14 +32,6 @@ like the regressor (same folds, its own early stopping; its out-of-fold picks ar
 score) and refitted on every row for its folds' mean best iteration. The regressor keeps
 predicting µs (what the service reports); the ranker's score only orders (higher = faster).
 
-Blend (``--rank-blend w``, format 2, default 0): the served order is the descending
-``ranker score − w · ln(predicted µs)`` (``feature_spec.json``: ``ranker.regressor_weight``); the
-manifest's ``ranker.cv.blend`` scores that order out of fold (both models' out-of-fold predictions,
-same folds). w = 0 (no key in the spec) is the ranker's order alone. The weight of bwd_data/5 and
-bwd_weight/3 (2) was chosen by out-of-fold efficiency on the training rows only, with folds grouped
-by torchvision architecture family / synthetic shape group, over three fold seeds
-(``models/reports/2026-11-22_h200_s4b/README.md``).
-
 Artifacts: ``<out>/<name>/<version>/model.txt`` (regressor), ``ranker.txt`` (format 2 only),
 ``feature_spec.json`` (artifact format, ordered feature names, target transform, schema version,
 arch/dtype/direction, the ranker's grading), ``train_manifest.json`` (data hash, rows, problems,
@@ -104,7 +96,6 @@ class TrainSettings:
     rank_grades: int = 100      # G: grade = round(G · t*/t)
     rank_gain_power: float = 2.0  # q: gain(grade) = (grade / G) ** q
     rank_eval_at: int = 1       # early stopping of the ranker on NDCG@k
-    rank_blend: float = 0.0     # w: served order = ranker score − w · ln(regressor's predicted µs)
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -116,11 +107,6 @@ class TrainSettings:
                              f"got {self.rank_gain_power}")
         if self.rank_eval_at < 1:
             raise ValueError(f"rank_eval_at: must be >= 1 (NDCG@k of the held-out fold), got {self.rank_eval_at}")
-        if not (self.rank_blend >= 0 and np.isfinite(self.rank_blend)):
-            raise ValueError(f"rank_blend: must be a finite number >= 0 (weight of −ln predicted µs in the served "
-                             f"score), got {self.rank_blend}")
-        if self.rank_blend and self.objective != "lambdarank":
-            raise ValueError("rank_blend: needs --objective lambdarank (it blends the ranker with the regressor)")
 
     @property
     def artifact_format(self) -> int:
@@ -214,13 +200,6 @@ def cross_validate(m: Matrix, settings: TrainSettings, names: Sequence[str], *,
                    ranker: bool = False) -> tuple[dict[str, Any], int]:
     """Out-of-fold selection metrics and the mean best iteration, of the regressor (pick = lowest
     predicted µs) or of the ranker (``ranker``: pick = highest score)."""
-    report, trees, _ = _cross_validate(m, settings, names, ranker=ranker)
-    return report, trees
-
-
-def _cross_validate(m: Matrix, settings: TrainSettings, names: Sequence[str], *,
-                    ranker: bool = False) -> tuple[dict[str, Any], int, np.ndarray]:
-    """:func:`cross_validate` and the out-of-fold predictions (log µs, or the ranker's scores)."""
     import lightgbm as lgb
 
     groups = [group_of(pr, settings.group_by) for pr in m.problems]
@@ -250,15 +229,7 @@ def _cross_validate(m: Matrix, settings: TrainSettings, names: Sequence[str], *,
     else:
         report["oof_rmse_log_us"] = float(np.sqrt(np.mean((oof - m.y) ** 2)))
     report.update({"overall": metrics.summarize(picks), "by_class": metrics.by_label(classes, picks)})
-    return report, int(round(np.mean(best))) if best else settings.max_trees, oof
-
-
-def blend_cv(m: Matrix, regressor_oof: np.ndarray, ranker_oof: np.ndarray, weight: float) -> dict[str, Any]:
-    """Out-of-fold metrics of the served order of a blended artifact: highest
-    ``ranker score − weight · ln(predicted µs)``, from the two models' out-of-fold predictions."""
-    picks = selection_picks(m, weight * regressor_oof - ranker_oof)
-    classes = [pr.problem.class_label for pr in m.problems]
-    return {"weight": weight, "overall": metrics.summarize(picks), "by_class": metrics.by_label(classes, picks)}
+    return report, int(round(np.mean(best))) if best else settings.max_trees
 
 
 def fit(m: Matrix, settings: TrainSettings, names: Sequence[str], trees: int, *, ranker: bool = False) -> Any:
@@ -332,14 +303,12 @@ def train_artifact(data_dirs: Sequence[Path], direction: Direction, dtype: DType
     m = build_matrix(problems, engine)
     m.x = m.x[:, [engine.index[n] for n in names]]
     started = time.time()
-    cv, trees, regressor_oof = _cross_validate(m, settings, names)
+    cv, trees = cross_validate(m, settings, names)
     booster = fit(m, settings, names, trees)
     ranker = ranker_cv = None
     if settings.objective == "lambdarank":
-        ranker_cv, ranker_trees, ranker_oof = _cross_validate(m, settings, names, ranker=True)
+        ranker_cv, ranker_trees = cross_validate(m, settings, names, ranker=True)
         ranker = fit(m, settings, names, ranker_trees, ranker=True)
-        if settings.rank_blend:
-            ranker_cv["blend"] = blend_cv(m, regressor_oof, ranker_oof, settings.rank_blend)
     name = name or model_name(arch, dtype, direction)
     folder = Path(out) / name / version
     # Written in full outside the <name>/<version> pattern the model store globs, then swapped in.
@@ -380,9 +349,7 @@ def train_artifact(data_dirs: Sequence[Path], direction: Direction, dtype: DType
     _publish(staging, folder)
     log(f"train: {name}/{version}: {len(problems)} problems, {len(m.y)} rows; regressor {booster.num_trees()} "
         f"trees, CV {_cv_line(cv)}" + (f"; ranker {ranker.num_trees()} trees, CV {_cv_line(ranker_cv)}"
-                                       if ranker is not None else "")
-        + (f"; blend (w {settings.rank_blend}), CV {_cv_line(ranker_cv['blend'])}" if ranker_cv and "blend" in ranker_cv
-           else "") + f" -> {folder}")
+                                       if ranker is not None else "") + f" -> {folder}")
     return folder
 
 
@@ -397,10 +364,7 @@ def ranker_spec(settings: TrainSettings, trees: int) -> dict[str, Any]:
             "score": "raw score; higher ranks first; orders candidates only (no unit)",
             "relevance": "grade = round(grades * min(1, t_best / t)), t_best = the problem's fastest timed kernel",
             "grades": settings.rank_grades, "label_gain": "(grade / grades) ** gain_power",
-            "gain_power": settings.rank_gain_power, "early_stopping": f"ndcg@{settings.rank_eval_at}",
-            **({"regressor_weight": settings.rank_blend,
-                "order": "descending ranker score − regressor_weight · ln(predicted µs)"} if settings.rank_blend
-               else {})}
+            "gain_power": settings.rank_gain_power, "early_stopping": f"ndcg@{settings.rank_eval_at}"}
 
 
 def _publish(staging: Path, folder: Path) -> None:
