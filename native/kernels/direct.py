@@ -109,6 +109,34 @@ def _f32(value):
 
 
 @triton.jit
+def _block_origin(M, E_D, E_H, E_W, N_TOTAL, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INDEX64: tl.constexpr):
+    """(channel block, first row, its position (n, d, h, w) over extents E, rows left) of this program.
+
+    Channel blocks vary fastest: the programs in flight cover few positions, whose halo rows the
+    neighbouring position blocks then find in L2. The block's first position is decomposed in
+    scalars; its rows are offsets from it. With ``INDEX64`` the products are 64-bit and the results
+    narrowed to 32 bits (every single size is < 2^31)."""
+    pid = tl.program_id(0)
+    if INDEX64:
+        pid = pid.to(tl.int64)
+    num_n = tl.cdiv(N_TOTAL, BLOCK_N)
+    pid_n = pid % num_n
+    pid_m = pid // num_n
+    row0 = pid_m * BLOCK_M
+    s_w = row0 % E_W
+    s_t = row0 // E_W
+    s_h = s_t % E_H
+    s_t = s_t // E_H
+    s_d = s_t % E_D
+    s_nb = s_t // E_D
+    rows_left = tl.minimum(M - row0, BLOCK_M)
+    if INDEX64:
+        s_w, s_h, s_d, s_nb = s_w.to(tl.int32), s_h.to(tl.int32), s_d.to(tl.int32), s_nb.to(tl.int32)
+        rows_left, pid_n = rows_left.to(tl.int32), pid_n.to(tl.int32)
+    return pid_n, row0, s_nb, s_d, s_h, s_w, rows_left
+
+
+@triton.jit
 def _direct_fwd_kernel(
     x_ptr, w_ptr, y_ptr,
     BATCH, GROUPS, CG, KG, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W,
@@ -128,26 +156,9 @@ def _direct_fwd_kernel(
     step_h = DIL_H * IN_W * C_TOTAL
     step_d = DIL_D * IN_H * IN_W * C_TOTAL
 
-    # Channel blocks vary fastest: the programs in flight cover few positions, whose halo rows
-    # the neighbouring position blocks then find in L2.
-    pid = tl.program_id(0)
-    if INDEX64:
-        pid = pid.to(tl.int64)
-    num_n = tl.cdiv(K_TOTAL, BLOCK_N)
-    pid_n = pid % num_n
-    pid_m = pid // num_n
-    row0 = pid_m * BLOCK_M
-    # The block's first position is decomposed in scalars; its rows are offsets from it.
-    s_ow = row0 % OUT_W
-    s_t = row0 // OUT_W
-    s_oh = s_t % OUT_H
-    s_t = s_t // OUT_H
-    s_od = s_t % OUT_D
-    s_nb = s_t // OUT_D
-    rows_left = tl.minimum(M - row0, BLOCK_M)
+    pid_n, row0, s_nb, s_od, s_oh, s_ow, rows_left = _block_origin(M, OUT_D, OUT_H, OUT_W, K_TOTAL, BLOCK_M, BLOCK_N,
+                                                                     INDEX64)
     if INDEX64:  # every single size is < 2^31: per-row arithmetic stays 32-bit, offsets widen
-        s_ow, s_oh, s_od, s_nb = s_ow.to(tl.int32), s_oh.to(tl.int32), s_od.to(tl.int32), s_nb.to(tl.int32)
-        rows_left, pid_n = rows_left.to(tl.int32), pid_n.to(tl.int32)
         IN_D, IN_H, IN_W = tl.cast(IN_D, tl.int32), tl.cast(IN_H, tl.int32), tl.cast(IN_W, tl.int32)
         OUT_D, OUT_H, OUT_W = tl.cast(OUT_D, tl.int32), tl.cast(OUT_H, tl.int32), tl.cast(OUT_W, tl.int32)
         F_D, F_H, F_W = tl.cast(F_D, tl.int32), tl.cast(F_H, tl.int32), tl.cast(F_W, tl.int32)
@@ -278,23 +289,9 @@ def _direct_fwd_rows_kernel(
     step_h = DIL_H * IN_W * C_TOTAL
     step_d = DIL_D * IN_H * IN_W * C_TOTAL
 
-    pid = tl.program_id(0)
-    if INDEX64:
-        pid = pid.to(tl.int64)
-    num_n = tl.cdiv(K_TOTAL, BLOCK_N)
-    pid_n = pid % num_n
-    pid_m = pid // num_n
-    row0 = pid_m * BLOCK_M
-    s_ow = row0 % OUT_W
-    s_t = row0 // OUT_W
-    s_oh = s_t % OUT_H
-    s_t = s_t // OUT_H
-    s_od = s_t % OUT_D
-    s_nb = s_t // OUT_D
-    rows_left = tl.minimum(M - row0, BLOCK_M)
+    pid_n, row0, s_nb, s_od, s_oh, s_ow, rows_left = _block_origin(M, OUT_D, OUT_H, OUT_W, K_TOTAL, BLOCK_M, BLOCK_N,
+                                                                     INDEX64)
     if INDEX64:  # every single size is < 2^31: per-row arithmetic stays 32-bit, offsets widen
-        s_ow, s_oh, s_od, s_nb = s_ow.to(tl.int32), s_oh.to(tl.int32), s_od.to(tl.int32), s_nb.to(tl.int32)
-        rows_left, pid_n = rows_left.to(tl.int32), pid_n.to(tl.int32)
         IN_D, IN_H, IN_W = tl.cast(IN_D, tl.int32), tl.cast(IN_H, tl.int32), tl.cast(IN_W, tl.int32)
         OUT_D, OUT_H, OUT_W = tl.cast(OUT_D, tl.int32), tl.cast(OUT_H, tl.int32), tl.cast(OUT_W, tl.int32)
         F_D, F_H, F_W = tl.cast(F_D, tl.int32), tl.cast(F_H, tl.int32), tl.cast(F_W, tl.int32)
@@ -377,23 +374,9 @@ def _direct_bwd_data_kernel(
     cnt_d = tl.cdiv(IN_D, STR_D)
     M = BATCH * cnt_d * cnt_h * cnt_w
 
-    pid = tl.program_id(0)
-    if INDEX64:
-        pid = pid.to(tl.int64)
-    num_n = tl.cdiv(C_TOTAL, BLOCK_N)
-    pid_n = pid % num_n
-    pid_m = pid // num_n
-    row0 = pid_m * BLOCK_M
-    s_jw = row0 % cnt_w
-    s_t = row0 // cnt_w
-    s_jh = s_t % cnt_h
-    s_t = s_t // cnt_h
-    s_jd = s_t % cnt_d
-    s_nb = s_t // cnt_d
-    rows_left = tl.minimum(M - row0, BLOCK_M)
+    pid_n, row0, s_nb, s_jd, s_jh, s_jw, rows_left = _block_origin(M, cnt_d, cnt_h, cnt_w, C_TOTAL, BLOCK_M, BLOCK_N,
+                                                                     INDEX64)
     if INDEX64:  # every single size is < 2^31: per-row arithmetic stays 32-bit, offsets widen
-        s_jw, s_jh, s_jd, s_nb = s_jw.to(tl.int32), s_jh.to(tl.int32), s_jd.to(tl.int32), s_nb.to(tl.int32)
-        rows_left, pid_n = rows_left.to(tl.int32), pid_n.to(tl.int32)
         cnt_w, cnt_h, cnt_d = cnt_w.to(tl.int32), cnt_h.to(tl.int32), cnt_d.to(tl.int32)
         IN_D, IN_H, IN_W = tl.cast(IN_D, tl.int32), tl.cast(IN_H, tl.int32), tl.cast(IN_W, tl.int32)
         OUT_D, OUT_H, OUT_W = tl.cast(OUT_D, tl.int32), tl.cast(OUT_H, tl.int32), tl.cast(OUT_W, tl.int32)
@@ -531,23 +514,9 @@ def _direct_bwd_data_rows_kernel(
     cnt_d = tl.cdiv(IN_D, STR_D)
     M = BATCH * cnt_d * cnt_h * cnt_w
 
-    pid = tl.program_id(0)
-    if INDEX64:
-        pid = pid.to(tl.int64)
-    num_n = tl.cdiv(C_TOTAL, BLOCK_N)
-    pid_n = pid % num_n
-    pid_m = pid // num_n
-    row0 = pid_m * BLOCK_M
-    s_jw = row0 % cnt_w
-    s_t = row0 // cnt_w
-    s_jh = s_t % cnt_h
-    s_t = s_t // cnt_h
-    s_jd = s_t % cnt_d
-    s_nb = s_t // cnt_d
-    rows_left = tl.minimum(M - row0, BLOCK_M)
+    pid_n, row0, s_nb, s_jd, s_jh, s_jw, rows_left = _block_origin(M, cnt_d, cnt_h, cnt_w, C_TOTAL, BLOCK_M, BLOCK_N,
+                                                                     INDEX64)
     if INDEX64:  # every single size is < 2^31: per-row arithmetic stays 32-bit, offsets widen
-        s_jw, s_jh, s_jd, s_nb = s_jw.to(tl.int32), s_jh.to(tl.int32), s_jd.to(tl.int32), s_nb.to(tl.int32)
-        rows_left, pid_n = rows_left.to(tl.int32), pid_n.to(tl.int32)
         cnt_w, cnt_h, cnt_d = cnt_w.to(tl.int32), cnt_h.to(tl.int32), cnt_d.to(tl.int32)
         IN_D, IN_H, IN_W = tl.cast(IN_D, tl.int32), tl.cast(IN_H, tl.int32), tl.cast(IN_W, tl.int32)
         OUT_D, OUT_H, OUT_W = tl.cast(OUT_D, tl.int32), tl.cast(OUT_H, tl.int32), tl.cast(OUT_W, tl.int32)
