@@ -612,6 +612,43 @@ def _direct_bwd_data_rows_kernel(
 
 
 @triton.jit
+def _line_rows(line0, line_end, oh0, od0, nb0, lb, LINE_BLOCK, OUT_D, OUT_H, STR_D, STR_H, off_d, off_h, IN_D, IN_H,
+               INDEX64: tl.constexpr):
+    """Backward-weight line step: each tile row's (n, input d, input h) and whether its line exists.
+
+    ``(nb0, od0, oh0)`` is the step's first output line; row line ``lb`` adds ``lb`` lines (the
+    plan keeps LINE_BLOCK ≤ OUT_H, so lb carries into od, and od into n, at most once). Rows past
+    LINE_BLOCK·ROW_WIDTH have lb ≥ LINE_BLOCK ≥ lines left: masked here."""
+    oh = oh0 + lb
+    carry = oh >= OUT_H
+    oh = tl.where(carry, oh - OUT_H, oh)
+    od = od0 + carry.to(od0.dtype)
+    carry = od >= OUT_D
+    od = tl.where(carry, od - OUT_D, od)
+    nb = nb0 + carry.to(nb0.dtype)
+    i_h = oh * STR_H + off_h
+    i_d = od * STR_D + off_d
+    lines_left = tl.minimum(line_end - line0, LINE_BLOCK).to(lb.dtype)
+    ok_line = (lb < lines_left) & (i_h >= 0) & (i_h < IN_H) & (i_d >= 0) & (i_d < IN_D)
+    if INDEX64:
+        nb = nb.to(tl.int64)
+    return nb, i_d, i_h, ok_line
+
+
+@triton.jit
+def _next_lines(oh0, od0, nb0, LINE_BLOCK, OUT_D, OUT_H):
+    """The next step's first output line: ``LINE_BLOCK`` lines on, carried through h, d and n."""
+    oh0 += LINE_BLOCK
+    step_carry = (oh0 >= OUT_H).to(oh0.dtype)
+    oh0 -= step_carry * OUT_H
+    od0 += step_carry
+    step_carry = (od0 >= OUT_D).to(od0.dtype)
+    od0 -= step_carry * OUT_D
+    nb0 += step_carry
+    return oh0, od0, nb0
+
+
+@triton.jit
 def _direct_bwd_weight_kernel(
     x_ptr, dy_ptr, out_ptr,
     BATCH, GROUPS, CG, KG, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W,
@@ -683,20 +720,8 @@ def _direct_bwd_weight_kernel(
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for line0 in tl.range(line_begin, line_end, LINE_BLOCK):
-        # plan keeps LINE_BLOCK ≤ OUT_H, so lb carries into od (and od into n) at most once.
-        oh = oh0 + lb
-        carry = oh >= OUT_H
-        oh = tl.where(carry, oh - OUT_H, oh)
-        od = od0 + carry.to(od0.dtype)
-        carry = od >= OUT_D
-        od = tl.where(carry, od - OUT_D, od)
-        nb = nb0 + carry.to(nb0.dtype)
-        i_h = oh * STR_H + off_h
-        i_d = od * STR_D + off_d
-        lines_left = tl.minimum(line_end - line0, LINE_BLOCK).to(lb.dtype)
-        ok_line = (lb < lines_left) & (i_h >= 0) & (i_h < IN_H) & (i_d >= 0) & (i_d < IN_D)
-        if INDEX64:
-            nb = nb.to(tl.int64)
+        nb, i_d, i_h, ok_line = _line_rows(line0, line_end, oh0, od0, nb0, lb, LINE_BLOCK, OUT_D, OUT_H, STR_D, STR_H,
+                                           off_d, off_h, IN_D, IN_H, INDEX64)
         # Offsets of the line's first step; each step adds a scalar.
         x_off = ((((nb * IN_D + i_d) * IN_H + i_h) * IN_W + w_first) * C_TOTAL)[:, None] + x_cols[None, :]
         dy_off = ((line0 * OUT_W + (lb * OUT_W + wb)) * K_TOTAL)[:, None] + cols[None, :]
@@ -718,13 +743,7 @@ def _direct_bwd_weight_kernel(
             i_w += ow_step
             dy_step += ROW_WIDTH * K_TOTAL
             x_step += ow_step * C_TOTAL
-        oh0 += LINE_BLOCK
-        step_carry = (oh0 >= OUT_H).to(oh0.dtype)
-        oh0 -= step_carry * OUT_H
-        od0 += step_carry
-        step_carry = (od0 >= OUT_D).to(od0.dtype)
-        od0 -= step_carry * OUT_D
-        nb0 += step_carry
+        oh0, od0, nb0 = _next_lines(oh0, od0, nb0, LINE_BLOCK, OUT_D, OUT_H)
 
     # dW[k, tap, c] at (k·taps + tap)·C/G + c; split-K partials go to workspace[split] in the
     # same layout (64-bit split offset: split_k × weight elements may pass 2^31).
@@ -821,21 +840,8 @@ def _direct_bwd_weight_rows_kernel(
         acc6 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc7 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for line0 in tl.range(line_begin, line_end, LINE_BLOCK):
-        # plan keeps LINE_BLOCK ≤ OUT_H, so lb carries into od (and od into n) at most once.
-        oh = oh0 + lb
-        carry = oh >= OUT_H
-        oh = tl.where(carry, oh - OUT_H, oh)
-        od = od0 + carry.to(od0.dtype)
-        carry = od >= OUT_D
-        od = tl.where(carry, od - OUT_D, od)
-        nb = nb0 + carry.to(nb0.dtype)
-        i_h = oh * STR_H + off_h
-        i_d = od * STR_D + off_d
-        lines_left = tl.minimum(line_end - line0, LINE_BLOCK).to(lb.dtype)
-        # Rows past LINE_BLOCK·ROW_WIDTH have lb ≥ LINE_BLOCK ≥ lines_left: masked here.
-        ok_line = (lb < lines_left) & (i_h >= 0) & (i_h < IN_H) & (i_d >= 0) & (i_d < IN_D)
-        if INDEX64:
-            nb = nb.to(tl.int64)
+        nb, i_d, i_h, ok_line = _line_rows(line0, line_end, oh0, od0, nb0, lb, LINE_BLOCK, OUT_D, OUT_H, STR_D, STR_H,
+                                           off_d, off_h, IN_D, IN_H, INDEX64)
         x_off = ((((nb * IN_D + i_d) * IN_H + i_h) * IN_W + w_first) * C_TOTAL)[:, None] + cols[None, :]
         dy_off = ((line0 * OUT_W + (lb * OUT_W + wb)) * K_TOTAL)[:, None] + cols[None, :]
         ow = wb
@@ -859,13 +865,7 @@ def _direct_bwd_weight_rows_kernel(
             i_w0 += ow_step
             dy_at += ROW_WIDTH * K_TOTAL
             x_at += ow_step * C_TOTAL
-        oh0 += LINE_BLOCK
-        step_carry = (oh0 >= OUT_H).to(oh0.dtype)
-        oh0 -= step_carry * OUT_H
-        od0 += step_carry
-        step_carry = (od0 >= OUT_D).to(od0.dtype)
-        od0 -= step_carry * OUT_D
-        nb0 += step_carry
+        oh0, od0, nb0 = _next_lines(oh0, od0, nb0, LINE_BLOCK, OUT_D, OUT_H)
 
     # dW[k, tap] at k·taps + tap (C/G = 1); split-K partials go to workspace[split].
     out_ptrs = out_ptr + split.to(tl.int64) * weight_elements + (cols * taps + frow * F_W)
