@@ -137,6 +137,20 @@ def _block_origin(M, E_D, E_H, E_W, N_TOTAL, BLOCK_M: tl.constexpr, BLOCK_N: tl.
 
 
 @triton.jit
+def _row_positions(r, s_nb, s_d, s_h, s_w, E_D, E_H, E_W):
+    """Positions (n, d, h, w) over extents E of the block rows ``r`` past the block's first position:
+    carries only, no division of the row index by a product of extents."""
+    w_lin = s_w + r
+    w = w_lin % E_W
+    h_lin = s_h + w_lin // E_W
+    h = h_lin % E_H
+    d_lin = s_d + h_lin // E_H
+    d = d_lin % E_D
+    nb = s_nb + d_lin // E_D
+    return nb, d, h, w
+
+
+@triton.jit
 def _direct_fwd_kernel(
     x_ptr, w_ptr, y_ptr,
     BATCH, GROUPS, CG, KG, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W,
@@ -185,13 +199,7 @@ def _direct_fwd_kernel(
         r = sub * PASS_M + tl.arange(0, PASS_M)
         row_ok = r < rows_left
         # Decomposed once per pass; the tap loops below only add and compare.
-        w_lin = s_ow + r
-        ow = w_lin % OUT_W
-        h_lin = s_oh + w_lin // OUT_W
-        oh = h_lin % OUT_H
-        d_lin = s_od + h_lin // OUT_H
-        od = d_lin % OUT_D
-        nb = s_nb + d_lin // OUT_D
+        nb, od, oh, ow = _row_positions(r, s_nb, s_od, s_oh, s_ow, OUT_D, OUT_H, OUT_W)
         base_w = ow * STR_W - PAD_W
         base_h = oh * STR_H - PAD_H
         base_d = tl.where(row_ok, od * STR_D - PAD_D, IN_D)  # rows past M fail the depth test
@@ -305,13 +313,7 @@ def _direct_fwd_rows_kernel(
     for sub in tl.static_range(BLOCK_M // PASS_M):  # passes as in the forward kernel
         r = sub * PASS_M + tl.arange(0, PASS_M)
         row_ok = r < rows_left
-        w_lin = s_ow + r
-        ow = w_lin % OUT_W
-        h_lin = s_oh + w_lin // OUT_W
-        oh = h_lin % OUT_H
-        d_lin = s_od + h_lin // OUT_H
-        od = d_lin % OUT_D
-        nb = s_nb + d_lin // OUT_D
+        nb, od, oh, ow = _row_positions(r, s_nb, s_od, s_oh, s_ow, OUT_D, OUT_H, OUT_W)
         base_w = ow * STR_W - PAD_W
         base_h = oh * STR_H - PAD_H
         base_d = tl.where(row_ok, od * STR_D - PAD_D, IN_D)  # rows past M fail the depth test
@@ -414,13 +416,7 @@ def _direct_bwd_data_kernel(
 
     for sub in tl.static_range(BLOCK_M // PASS_M):  # passes as in the forward kernel
         r = sub * PASS_M + tl.arange(0, PASS_M)
-        w_lin = s_jw + r
-        jw = w_lin % cnt_w
-        h_lin = s_jh + w_lin // cnt_w
-        jh = h_lin % cnt_h
-        d_lin = s_jd + h_lin // cnt_h
-        jd = d_lin % cnt_d
-        nb = s_nb + d_lin // cnt_d
+        nb, jd, jh, jw = _row_positions(r, s_nb, s_jd, s_jh, s_jw, cnt_d, cnt_h, cnt_w)
         i_w = first_w + jw * STR_W
         i_h = first_h + jh * STR_H
         i_d = first_d + jd * STR_D
@@ -552,13 +548,7 @@ def _direct_bwd_data_rows_kernel(
 
     for sub in tl.static_range(BLOCK_M // PASS_M):  # passes as in the forward kernel
         r = sub * PASS_M + tl.arange(0, PASS_M)
-        w_lin = s_jw + r
-        jw = w_lin % cnt_w
-        h_lin = s_jh + w_lin // cnt_w
-        jh = h_lin % cnt_h
-        d_lin = s_jd + h_lin // cnt_h
-        jd = d_lin % cnt_d
-        nb = s_nb + d_lin // cnt_d
+        nb, jd, jh, jw = _row_positions(r, s_nb, s_jd, s_jh, s_jw, cnt_d, cnt_h, cnt_w)
         i_w = first_w + jw * STR_W
         i_h = first_h + jh * STR_H
         i_d = first_d + jd * STR_D
