@@ -60,6 +60,7 @@ which halves the registers the row state needs.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 import triton
 import triton.language as tl
@@ -1003,26 +1004,33 @@ def _tap_major_launch(problem: ConvProblem, weight, workspace) -> Launch:
                   (weight, workspace, problem.out_channels, problem.filter_taps))
 
 
-class DirectForward:
-    direction = Direction.FORWARD
+class _DirectDataTemplate:
+    """Forward and backward-data: one general binary pair (``main``/``depthwise``) or, with
+    ``block_k > 1``, the depthwise tap rows after a tap-major copy of the weights."""
+
     families = frozenset({Family.DIRECT})
+    pointers: tuple[str, str, str]
+    general: Any
+    rows: Any
 
     def programs(self, config: KernelConfig) -> dict[str, Program]:
         ptr = pointer_type(config.dtype)
         ints = int_type(config)
-        types = {"x_ptr": ptr, "w_ptr": ptr, "y_ptr": ptr, **{name: ints for name in _SIZE_PARAMS}}
+        types = {**{name: ptr for name in self.pointers}, **{name: ints for name in _SIZE_PARAMS}}
         constexprs = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "VEC": config.vec,
                       "INDEX64": config.index64}
         if config.block_k > 1:  # depthwise tap rows (support.py keeps them to depthwise problems)
-            return _rows_programs(_direct_fwd_rows_kernel, config, types, constexprs)
-        return _two_programs(_direct_fwd_kernel, config, types, constexprs)
+            return _rows_programs(self.rows, config, types, constexprs)
+        return _two_programs(self.general, config, types, constexprs)
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
         return _tap_major_elements(problem, config)
 
+    def grid(self, problem: ConvProblem, config: KernelConfig) -> tuple[int, int, int]:
+        raise NotImplementedError
+
     def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
-        m = problem.batch * _prod(problem.output_size)
-        grid = (cdiv(m, config.block_m) * cdiv(problem.out_channels, config.block_n), 1, 1)
+        grid = self.grid(problem, config)
         if config.block_k > 1:
             return [_tap_major_launch(problem, second, workspace),
                     Launch("rows", grid, (first, workspace, out, *_size_args(problem)))]
@@ -1030,33 +1038,27 @@ class DirectForward:
         return [Launch(program, grid, (first, second, out, *_size_args(problem)))]
 
 
-class DirectBackwardData:
+class DirectForward(_DirectDataTemplate):
+    direction = Direction.FORWARD
+    pointers = ("x_ptr", "w_ptr", "y_ptr")
+    general = _direct_fwd_kernel
+    rows = _direct_fwd_rows_kernel
+
+    def grid(self, problem: ConvProblem, config: KernelConfig) -> tuple[int, int, int]:
+        m = problem.batch * _prod(problem.output_size)
+        return (cdiv(m, config.block_m) * cdiv(problem.out_channels, config.block_n), 1, 1)
+
+
+class DirectBackwardData(_DirectDataTemplate):
     direction = Direction.BACKWARD_DATA
-    families = frozenset({Family.DIRECT})
+    pointers = ("dy_ptr", "w_ptr", "dx_ptr")
+    general = _direct_bwd_data_kernel
+    rows = _direct_bwd_data_rows_kernel
 
-    def programs(self, config: KernelConfig) -> dict[str, Program]:
-        ptr = pointer_type(config.dtype)
-        ints = int_type(config)
-        types = {"dy_ptr": ptr, "w_ptr": ptr, "dx_ptr": ptr, **{name: ints for name in _SIZE_PARAMS}}
-        constexprs = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "VEC": config.vec,
-                      "INDEX64": config.index64}
-        if config.block_k > 1:  # depthwise tap rows (support.py keeps them to depthwise problems)
-            return _rows_programs(_direct_bwd_data_rows_kernel, config, types, constexprs)
-        return _two_programs(_direct_bwd_data_kernel, config, types, constexprs)
-
-    def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
-        return _tap_major_elements(problem, config)
-
-    def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
+    def grid(self, problem: ConvProblem, config: KernelConfig) -> tuple[int, int, int]:
         # Positions per residue class (the largest class; smaller ones are masked).
         per_class = problem.batch * _prod(cdiv(i, s) for i, s in zip(problem.input_size, problem.stride))
-        grid = (cdiv(per_class, config.block_m) * cdiv(problem.in_channels, config.block_n),
-                _prod(problem.stride), 1)
-        if config.block_k > 1:
-            return [_tap_major_launch(problem, second, workspace),
-                    Launch("rows", grid, (first, workspace, out, *_size_args(problem)))]
-        program = "depthwise" if _is_depthwise(problem) else "main"
-        return [Launch(program, grid, (first, second, out, *_size_args(problem)))]
+        return (cdiv(per_class, config.block_m) * cdiv(problem.in_channels, config.block_n), _prod(problem.stride), 1)
 
 
 class DirectBackwardWeight:
