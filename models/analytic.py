@@ -18,7 +18,7 @@ Used where no trained model matches (arch, dtype, direction). For each candidate
 Families are looked up by name (:data:`FAMILY_CODES`), never by their position in
 :class:`~tiledispatch.native.configs.Family`. ``tma`` (an implicit GEMM whose operand tiles are TMA
 boxes of a zero-padded copy of the input) is costed as ``igemm`` plus that copy when the problem
-pads: ``N·prod(in + pad_begin + pad_end)·C`` elements written once and read once, one launch more.
+pads: ``TmaGeometry.padded_elements`` written once and read once, one launch more.
 A family this module does not know gets :data:`UNKNOWN_FAMILY` as its code and the cost view of its
 kind: the tensor-core implicit GEMM for a family with ``uses_tensor_cores``, the direct view
 otherwise — a sane estimate, never an error.
@@ -36,6 +36,7 @@ import numpy as np
 
 from tiledispatch.native.arch import ArchSpec, get_arch
 from tiledispatch.native.configs import Family, KernelConfig
+from tiledispatch.native.kernels.tma_geometry import TmaGeometry
 from tiledispatch.native.problem import ConvProblem, Direction, DType
 
 NAME = "analytic"
@@ -93,12 +94,10 @@ def config_table(configs: Sequence[KernelConfig]) -> dict[str, np.ndarray]:
 
 
 def padded_copy_elements(problem: ConvProblem) -> int:
-    """Elements of the zero-padded input copy a ``tma`` kernel reads its tiles from
-    (``N·prod(in + pad_begin + pad_end)·C``); 0 when the problem does not pad."""
-    if not any(problem.pad_begin) and not any(problem.pad_end):
-        return 0
-    padded = [size + begin + end for size, begin, end in zip(problem.input_size, problem.pad_begin, problem.pad_end)]
-    return problem.batch * int(np.prod(padded)) * problem.in_channels
+    """Elements of the zero-padded operand copy a ``tma`` kernel reads its tiles from (X padded by
+    the problem's pads for forward, dY by ``dil·(F−1) − pad`` for backward-data); 0 when it reads
+    the operand in place."""
+    return TmaGeometry(problem).padded_elements
 
 
 class AnalyticPredictor:

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tiledispatch.native.configs import Family, KernelConfig
+from tiledispatch.native.kernels.tma_geometry import TmaGeometry
 from tiledispatch.native.problem import INT32_INDEX_LIMIT, ConvProblem
 
 #: gmerge and direct target small groups; larger groups waste a merged tile or CUDA-core FMAs.
@@ -100,20 +101,18 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
 def _tma_refusal(problem: ConvProblem, config: KernelConfig) -> str:
     """Why a ``tma`` kernel cannot run the problem ('' when it can): stride 1, every tile of the
     reduction inside one group, pads the padded copy can express, 32-bit padded offsets."""
-    from tiledispatch.native.kernels.tma_conv import geometry, padding
-
     if any(s != 1 for s in problem.stride):
         return f"stride: tma kernels need stride 1, got {list(problem.stride)}"
-    shape = geometry(problem)
-    reduction_name = "in_channels" if problem.direction.value == "fwd" else "out_channels"
-    if shape["rg"] % config.block_k:
-        return (f"{reduction_name}: {shape['rg']} per group is not a multiple of the tma kernel's "
+    shape = TmaGeometry(problem)
+    reduction_name = "in_channels" if shape.forward else "out_channels"
+    if shape.reduction % config.block_k:
+        return (f"{reduction_name}: {shape.reduction} per group is not a multiple of the tma kernel's "
                 f"block_k {config.block_k}")
-    begin, end = padding(problem)
+    begin, end = shape.pads
     if min(begin + end) < 0:
         return (f"pad_begin/pad_end: backward-data tma kernels need pads <= dilation*(filter-1), got "
                 f"{list(problem.pad_begin)}/{list(problem.pad_end)}")
-    if shape["rows"] * problem.groups * shape["rg"] > INT32_INDEX_LIMIT:
+    if shape.rows * problem.groups * shape.reduction > INT32_INDEX_LIMIT:
         return "input/output: the padded activations exceed 2^31-1 elements (tma kernels index in 32 bits)"
     return ""
 

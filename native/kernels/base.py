@@ -68,6 +68,11 @@ class KernelTemplate(Protocol):
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int: ...
 
 
+def as3d(values: tuple[int, ...], fill: int) -> tuple[int, ...]:
+    """A 2D size as the 3D one the kernels take (2D problems run as 3D with depth 1)."""
+    return (fill,) * (3 - len(values)) + tuple(values)
+
+
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 

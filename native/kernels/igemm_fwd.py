@@ -23,7 +23,7 @@ import triton.language as tl
 
 from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.kernels import gmerge_pack
-from tiledispatch.native.kernels.base import Launch, Program, cdiv, int_type, pointer_type, tensor_core_constexprs
+from tiledispatch.native.kernels.base import Launch, Program, as3d, cdiv, int_type, pointer_type, tensor_core_constexprs
 from tiledispatch.native.kernels.tiles import grouped_tile
 from tiledispatch.native.problem import ConvProblem, Direction
 
@@ -142,11 +142,8 @@ def _igemm_fwd_kernel(
 
 def spatial_args(problem: ConvProblem) -> tuple[int, ...]:
     """The 3D view of a problem's sizes, in the kernel's parameter order after the channel counts."""
-    def as3(values: tuple[int, ...], fill: int) -> tuple[int, ...]:
-        return (fill,) * (3 - len(values)) + tuple(values)
-
-    return (*as3(problem.input_size, 1), *as3(problem.output_size, 1), *as3(problem.filter_size, 1),
-            *as3(problem.stride, 1), *as3(problem.dilation, 1), *as3(problem.pad_begin, 0))
+    return (*as3d(problem.input_size, 1), *as3d(problem.output_size, 1), *as3d(problem.filter_size, 1),
+            *as3d(problem.stride, 1), *as3d(problem.dilation, 1), *as3d(problem.pad_begin, 0))
 
 
 class IgemmForward:

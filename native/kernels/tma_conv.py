@@ -39,17 +39,17 @@ import math
 
 import triton
 import triton.language as tl
+from triton.runtime import _allocation
 
 from tiledispatch.native.configs import Family, KernelConfig
-from tiledispatch.native.kernels.base import Launch, Program, cdiv, pointer_type
+from tiledispatch.native.kernels.base import Launch, Program, as3d, cdiv, pointer_type
 from tiledispatch.native.kernels.tiles import grouped_tile
+from tiledispatch.native.kernels.tma_geometry import TmaGeometry
 from tiledispatch.native.problem import ConvProblem, Direction
 
 PAD_ROWS = 32
 PAD_CHANNELS = 64
 FLIP_BLOCK = 1024
-#: Every workspace region starts 16-byte aligned (TMA base addresses must be).
-_ALIGN_ELEMENTS = 8
 
 
 @triton.jit
@@ -151,57 +151,10 @@ def ensure_scratch_allocator() -> None:
     """Device-side tensor descriptors are written to global scratch that Triton's launcher asks its
     allocator for; the default allocator refuses. Install one backed by PyTorch's caching allocator
     (on the current stream, so CUDA-graph capture works) in this thread's context, once."""
-    from triton.runtime import _allocation
-
     if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
         import torch
 
         triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
-
-
-def _as3(values: tuple[int, ...], fill: int) -> tuple[int, ...]:
-    return (fill,) * (3 - len(values)) + tuple(values)
-
-
-def padding(problem: ConvProblem) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(pad_begin, pad_end) of the padded activations (3D view): the problem's own for forward,
-    ``dil·(F−1) − pad`` for backward-data."""
-    begin, end = _as3(problem.pad_begin, 0), _as3(problem.pad_end, 0)
-    if problem.direction is Direction.FORWARD:
-        return begin, end
-    reach = tuple(d * (f - 1) for d, f in zip(_as3(problem.dilation, 1), _as3(problem.filter_size, 1)))
-    return tuple(r - b for r, b in zip(reach, begin)), tuple(r - e for r, e in zip(reach, end))
-
-
-def geometry(problem: ConvProblem) -> dict[str, tuple[int, ...] | int]:
-    """Source sizes, padded sizes, output sizes and channel counts of the GEMM (3D view)."""
-    forward = problem.direction is Direction.FORWARD
-    source = _as3(problem.output_size if not forward else problem.input_size, 1)
-    out = _as3(problem.input_size if not forward else problem.output_size, 1)
-    begin, end = padding(problem)
-    padded = tuple(s + b + e for s, b, e in zip(source, begin, end))
-    cg, kg = problem.c_per_group, problem.k_per_group
-    return {"source": source, "padded": padded, "out": out, "begin": begin, "end": end,
-            "rg": kg if not forward else cg, "og": cg if not forward else kg,
-            "rows": problem.batch * math.prod(padded)}
-
-
-def needs_padding(problem: ConvProblem) -> bool:
-    begin, end = padding(problem)
-    return any(begin) or any(end)
-
-
-def _round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
-
-
-def _regions(problem: ConvProblem) -> tuple[int, int]:
-    """(padded activation elements, packed-filter elements) in the problem's dtype, each rounded to
-    16 bytes."""
-    shape = geometry(problem)
-    padded = shape["rows"] * problem.groups * shape["rg"] if needs_padding(problem) else 0
-    flipped = problem.weight_elements if problem.direction is Direction.BACKWARD_DATA else 0
-    return _round_up(padded, _ALIGN_ELEMENTS), _round_up(flipped, _ALIGN_ELEMENTS)
 
 
 class TmaConvolution:
@@ -233,8 +186,7 @@ class TmaConvolution:
         return out
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
-        padded, flipped = _regions(problem)
-        return -(-(padded + flipped) * problem.dtype.itemsize // 4)
+        return -(-sum(TmaGeometry(problem).regions) * problem.dtype.itemsize // 4)
 
     def before_launch(self, config: KernelConfig) -> None:
         """Every call, in the calling thread (plans are cached; the allocator is per thread)."""
@@ -243,8 +195,8 @@ class TmaConvolution:
     def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
         from tiledispatch.native.launch import torch_dtype
 
-        shape = geometry(problem)
-        padded_elements, flipped_elements = _regions(problem)
+        shape = TmaGeometry(problem)
+        padded_elements, flipped_elements = shape.regions
         if padded_elements + flipped_elements and (
                 workspace is None or workspace.numel() < self.workspace_elements(problem, config)):
             raise ValueError(f"workspace: the tma kernel needs {self.workspace_elements(problem, config)} "
@@ -253,11 +205,11 @@ class TmaConvolution:
         launches = []
         activations = first
         if padded_elements:
-            activations = scratch[: shape["rows"] * problem.groups * shape["rg"]]
-            channels = problem.groups * shape["rg"]
-            launches.append(Launch("pad", (cdiv(shape["rows"], PAD_ROWS), cdiv(channels, PAD_CHANNELS), 1),
-                                   (first, activations, shape["rows"], channels, *shape["source"],
-                                    *shape["padded"], *shape["begin"])))
+            activations = scratch[: shape.padded_elements]
+            channels = problem.groups * shape.reduction
+            launches.append(Launch("pad", (cdiv(shape.rows, PAD_ROWS), cdiv(channels, PAD_CHANNELS), 1),
+                                   (first, activations, shape.rows, channels, *shape.source, *shape.padded,
+                                    *shape.pads[0])))
         weights = second
         if problem.direction is Direction.BACKWARD_DATA:
             weights = scratch[padded_elements: padded_elements + problem.weight_elements]
@@ -265,9 +217,9 @@ class TmaConvolution:
             launches.append(Launch("flip", (cdiv(total, FLIP_BLOCK), 1, 1),
                                    (second, weights, problem.groups, problem.c_per_group, problem.k_per_group,
                                     math.prod(problem.filter_size), total)))
-        tiles = cdiv(shape["rows"], config.block_m) * cdiv(shape["og"], config.block_n)
+        tiles = cdiv(shape.rows, config.block_m) * cdiv(shape.outputs, config.block_n)
         launches.append(Launch("main", (tiles, problem.groups, 1),
-                               (activations, weights, out, shape["rows"], problem.groups, shape["rg"], shape["og"],
-                                *shape["padded"], *shape["out"], *_as3(problem.filter_size, 1),
-                                *_as3(problem.dilation, 1))))
+                               (activations, weights, out, shape.rows, problem.groups, shape.reduction,
+                                shape.outputs, *shape.padded, *shape.out, *as3d(problem.filter_size, 1),
+                                *as3d(problem.dilation, 1))))
         return launches

@@ -119,8 +119,6 @@ def test_tma_is_igemm_plus_the_padded_input_copy():
     from tiledispatch.models import analytic
     from tiledispatch.native.configs import Family
 
-    if not hasattr(Family, "TMA"):
-        pytest.skip("this configs.py has no tma family")
     predictor, engine = analytic.AnalyticPredictor("sm_90"), FeatureEngine("sm_90")
     igemm = _igemm_config()
     tma = dataclasses.replace(igemm, family=Family.TMA)
