@@ -24,7 +24,11 @@ weights (nothing downloaded; models in ``tests/integrations/models.py``):
   registry JIT-compiles kernels, and times ours against cuDNN for each; its wall time, the selection
   time alone and the deciding time are reported, and the mean cached lookup time of the following steps;
 * dispatch: the decisions (``dispatch_report()``), and per direction how many swapped conv calls of
-  one forward (layers; a module called twice counts twice) went to ours and to cuDNN.
+  one forward (layers; a module called twice counts twice) went to ours and to cuDNN;
+* ``--profile``: after the timing, ``torch.profiler`` (CUPTI) over ``--steps`` training steps of each of
+  cuDNN, ours and fastest: wall ms per step, device-busy ms per step (the union of kernel intervals:
+  below the wall time the step waits on the host), kernel ms by kind (ours / cuDNN-cuBLAS convolutions
+  and GEMMs / copies and layout changes / other) and the 12 kernels taking most time.
 
 Writes ``<out-dir>/torch_e2e.json`` and ``torch_e2e.md`` (default out-dir:
 ``bench/results/<UTC date>_<gpu>``).
@@ -122,6 +126,55 @@ def _measure(steps: dict, models, train: bool, args) -> dict:
     return out
 
 
+_OUR_KERNELS = ("_igemm_", "_direct_", "_split_k_reduce", "_pack_kernel", "_weights_tap_major", "_tma_conv",
+                "_pad_kernel", "_flip_kernel")
+_VENDOR_CONV = ("conv", "cudnn", "xmma", "dgrad", "wgrad", "fprop", "implicit", "gemm", "sm90", "cutlass")
+_COPIES = ("copy", "nchwtonhwc", "nhwctonchw", "transpose", "permute")
+
+
+def _kernel_kind(name: str) -> str:
+    lowered = name.lower()
+    if any(k in name for k in _OUR_KERNELS):
+        return "ours"
+    if any(k in lowered for k in _COPIES):
+        return "copies/layout"
+    if any(k in lowered for k in _VENDOR_CONV):
+        return "cuDNN/cuBLAS conv+GEMM"
+    return "other"
+
+
+def _profile(step, steps: int) -> dict:
+    """Where a step's time goes: CUPTI kernel records over ``steps`` steps (after one untraced step)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+        wall_ms = (time.perf_counter() - start) * 1e3 / steps
+    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    by_name: dict[str, list[float]] = {}
+    kinds: dict[str, float] = {}
+    intervals = sorted((e.time_range.start, e.time_range.end) for e in kernels)
+    busy_us, reach = 0.0, float("-inf")
+    for begin, end in intervals:  # union of kernel intervals: time the GPU had work
+        busy_us += max(0.0, end - max(begin, reach))
+        reach = max(reach, end)
+    for e in kernels:
+        us = e.time_range.elapsed_us()
+        by_name.setdefault(e.name, []).append(us)
+        kinds[_kernel_kind(e.name)] = kinds.get(_kernel_kind(e.name), 0.0) + us / 1e3 / steps
+    top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:12]
+    return {"wall_ms": wall_ms, "device_busy_ms": busy_us / 1e3 / steps,
+            "kernels_per_step": len(kernels) / steps, "kinds_ms": dict(sorted(kinds.items())),
+            "top": [{"kernel": n, "kind": _kernel_kind(n), "calls_per_step": len(v) / steps,
+                     "ms_per_step": sum(v) / 1e3 / steps} for n, v in top]}
+
+
 def _layer_problems(model, x) -> list[tuple[str, object]]:
     """(module name, forward ConvProblem) of every swapped conv call in one forward of ``model``."""
     runtime, calls = get_runtime(), []
@@ -209,6 +262,10 @@ def run_case(name: str, batch: int, args) -> dict:
     train = {"cudnn": cudnn_train, **{p: _with_policy(p, ours_train) for p in POLICIES}}
     result["forward"] = _measure(forward, (cudnn, ours), False, args)
     result["train"] = _measure(train, (cudnn, ours), True, args)
+    if args.profile:
+        cudnn.train()
+        ours.train()
+        result["profile"] = {label: _profile(step, args.steps) for label, step in train.items()}
     for label, step in train.items():
         model = cudnn if label == "cudnn" else ours
         model.train()
@@ -222,7 +279,8 @@ def run_case(name: str, batch: int, args) -> dict:
 def _markdown(report: dict) -> str:
     """The report's tables: step times and speedups, selection, dispatch."""
     results = [r for r in report["results"] if "error" not in r]
-    lines = _header(report) + _times_table(report["results"]) + _selection_table(results) + _dispatch_table(results)
+    lines = (_header(report) + _times_table(report["results"]) + _selection_table(results) + _dispatch_table(results)
+             + _profile_table(results))
     grouped = [r for r in results if r["mostly_grouped"]]
     if grouped:
         met = {p: sum(r["train"][_speedup_key(p)] > 1 for r in grouped) for p in POLICIES}
@@ -307,6 +365,31 @@ def _dispatch_table(results: list[dict]) -> list[str]:
     return lines
 
 
+def _profile_table(results: list[dict]) -> list[str]:
+    profiled = [r for r in results if "profile" in r]
+    if not profiled:
+        return []
+    kinds = sorted({k for r in profiled for p in r["profile"].values() for k in p["kinds_ms"]})
+    lines = ["", "## Where a training step's time goes (`--profile`)", "",
+             "CUPTI kernel records (torch.profiler) over the timed steps of each run; wall time per step includes "
+             "the profiler's own overhead. Device busy: the union of kernel intervals (wall − busy: the GPU waits "
+             "on the host).", "",
+             "| model | batch | run | wall ms | device busy ms | kernels / step | "
+             + " | ".join(f"{k} ms" for k in kinds) + " |", "|---|---|---|---|---|---|" + "---|" * len(kinds)]
+    for r in profiled:
+        for label, p in r["profile"].items():
+            kind_cells = " | ".join(f"{p['kinds_ms'].get(k, 0.0):.2f}" for k in kinds)
+            lines.append(f"| {r['model']} | {r['batch']} | {label} | {p['wall_ms']:.2f} | {p['device_busy_ms']:.2f} | "
+                         f"{p['kernels_per_step']:.0f} | {kind_cells} |")
+    for r in profiled:
+        for label, p in r["profile"].items():
+            lines += ["", f"Top kernels, {r['model']} batch {r['batch']}, {label}:", "",
+                      "| kernel | kind | calls / step | ms / step |", "|---|---|---|---|"]
+            lines += [f"| `{t['kernel'][:90]}` | {t['kind']} | {t['calls_per_step']:.0f} | {t['ms_per_step']:.3f} |"
+                      for t in p["top"]]
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(CASES), help=f"comma-separated, of {list(CASES)}")
@@ -321,6 +404,7 @@ def main() -> None:
     parser.add_argument("--registry-dir", default=None, help="compiled registry (default $TILEDISPATCH_REGISTRY_DIR; "
                         "none: JIT)")
     parser.add_argument("--out-dir", type=Path, default=None)
+    parser.add_argument("--profile", action="store_true", help="also profile each run's training steps (CUPTI)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("torch_e2e: needs a CUDA GPU")
@@ -337,7 +421,7 @@ def main() -> None:
                         "cudnn": torch.backends.cudnn.version(), "triton": triton.__version__,
                         "python": platform.python_version(), "git_commit": git_commit(),
                         "date": date.isoformat(timespec="seconds")},
-        "settings": {"steps": args.steps, "rounds": args.rounds, "warmup": args.warmup,
+        "settings": {"steps": args.steps, "rounds": args.rounds, "warmup": args.warmup, "profile": args.profile,
                      "memory_format": args.memory_format, "policies": list(POLICIES), "timer": repr(runtime.timer),
                      "kernels": f"compiled registry {runtime.registry_dir}" if runtime._registry is not None else "JIT",
                      "selection": (f"remote {selector.target} (local fallback)" if selector.mode == "remote"

@@ -52,27 +52,42 @@ def read_rows(data_dirs: Iterable[Path | str]) -> tuple[Any, list[dict]]:
     """All rows of the directories (pandas DataFrame) and their manifests, each with its ``path``
     and the ``problems`` and ``rows`` read from it. Several directories are one data set (e.g. two
     sessions' measurements of the same lists); a problem found in two of them is refused
-    (``ValueError`` naming both): its kernels would mix two sittings' times and count twice."""
+    (``ValueError`` naming both): its kernels would mix two sittings' times and count twice. The one
+    exception is a completion folder (``tiledispatch bench --complete``, its manifest lists what it
+    ``completes``): it holds kernels added to the rule set after a problem was measured, and may share
+    that problem with another folder as long as no kernel of it is in both."""
     import pandas as pd
 
     frames, manifests = [], []
-    owner: dict[str, str] = {}  # problem key -> the directory it was read from
+    owner: dict[str, str] = {}           # problem key -> the plain (not completion) directory it came from
+    kernels_of: dict[str, dict[str, str]] = {}  # problem key -> kernel -> directory, of every folder so far
     for directory in data_dirs:
         directory = Path(directory)
         shards = sorted(directory.glob("rows-*.parquet"))
         if not shards:
             raise FileNotFoundError(f"{directory}: no rows-*.parquet shards")
         frame = pd.concat([pd.read_parquet(s) for s in shards], ignore_index=True)
-        keys = frame["problem_key"].unique().tolist()
-        shared = [k for k in keys if k in owner]
-        if shared:
-            raise ValueError(f"{directory}: {len(shared)} problem(s) also in {owner[shared[0]]} (e.g. {shared[0]}); "
-                             "each measured problem must come from one directory")
-        owner.update(dict.fromkeys(keys, str(directory)))
-        frames.append(frame)
         manifest_file = directory / "manifest.json"
         manifest = json.loads(manifest_file.read_text()) if manifest_file.exists() else {}
-        manifest.update(path=str(directory), problems=len(keys), rows=len(frame))
+        completion = bool(manifest.get("completes"))
+        mine: dict[str, set[str]] = {}
+        for key, kernel in zip(frame["problem_key"].tolist(), frame["kernel"].tolist()):
+            mine.setdefault(key, set()).add(kernel)
+        for key, kernels in mine.items():
+            if not completion and key in owner:
+                raise ValueError(f"{directory}: problem(s) also in {owner[key]} (e.g. {key}); "
+                                 "each measured problem must come from one directory")
+            seen = kernels_of.get(key, {})
+            twice = sorted(kernels & seen.keys())
+            if twice:
+                raise ValueError(f"{directory}: kernel {twice[0]} of {key} is also measured in {seen[twice[0]]}; "
+                                 "a completion folder may only add kernels")
+        for key, kernels in mine.items():
+            if not completion:
+                owner[key] = str(directory)
+            kernels_of.setdefault(key, {}).update(dict.fromkeys(kernels, str(directory)))
+        frames.append(frame)
+        manifest.update(path=str(directory), problems=len(mine), rows=len(frame))
         manifests.append(manifest)
     return pd.concat(frames, ignore_index=True), manifests
 

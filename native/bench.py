@@ -20,7 +20,9 @@ Crash isolation: the measuring runs in a spawned worker process; the parent hear
 X" before each launch, so when the worker dies (a GPU fault poisons its CUDA context) or hangs past
 the timeout, the parent records ``crash``/``timeout`` for X, restarts the worker and carries on with
 the remaining kernels. Results go to parquet shards written atomically every few problems; a
-re-run skips the problems already in the shards (resume). ``manifest.json`` names the GPU, driver,
+re-run skips the problems already in the shards (resume). ``--complete DIR…`` measures, for the
+problems measured in earlier folders, only the kernels added to the rule set since (no cuDNN), into a
+folder of its own. ``manifest.json`` names the GPU, driver,
 CUDA, Triton, torch and cuDNN versions, the measured ceilings, the rule set, date and git commit.
 """
 
@@ -527,10 +529,11 @@ class _Worker:
 
 
 def sweep_problem(problem: ConvProblem, settings: BenchSettings, ceilings: Ceilings, worker: list,
-                  log=print) -> list[dict]:
-    """Measure one problem through the worker, surviving crashes and hangs of single kernels."""
+                  log=print, skip: Iterable[str] = ()) -> list[dict]:
+    """Measure one problem through the worker, surviving crashes and hangs of single kernels;
+    kernels named in ``skip`` are not measured (a completion sweep's already measured ones)."""
     rows: list[dict] = []
-    exclude: list[str] = []
+    exclude: list[str] = sorted(skip)
     while True:
         if not worker or not worker[0].process.is_alive():
             worker[:] = [_Worker(settings, ceilings)]
@@ -614,12 +617,37 @@ def git_commit() -> str:
 
 
 def done_problem_keys(out_dir: Path) -> set[str]:
+    return set(measured_kernels([out_dir]))
+
+
+def measured_kernels(data_dirs: Iterable[Path | str]) -> dict[str, set[str]]:
+    """Problem key -> names of the kernels (and baselines) with a row of any status in the folders."""
     import pyarrow.parquet as pq
 
-    keys: set[str] = set()
-    for shard in sorted(out_dir.glob("rows-*.parquet")):
-        keys.update(pq.read_table(shard, columns=["problem_key"]).column("problem_key").to_pylist())
-    return keys
+    out: dict[str, set[str]] = {}
+    for directory in data_dirs:
+        for shard in sorted(Path(directory).glob("rows-*.parquet")):
+            table = pq.read_table(shard, columns=["problem_key", "kernel"])
+            for key, kernel in zip(table.column("problem_key").to_pylist(), table.column("kernel").to_pylist()):
+                out.setdefault(key, set()).add(kernel)
+    return out
+
+
+def missing_kernels(problems: list[ConvProblem], settings: BenchSettings, measured: dict[str, set[str]]
+                    ) -> dict[str, list[str]]:
+    """For a completion sweep: problem key -> the rule set's applicable kernels without a row in
+    ``measured``, for the problems measured there (others are not this sweep's business)."""
+    from tiledispatch.native.rules import rule_set_configs
+    from tiledispatch.native.support import is_supported
+
+    configs = rule_set_configs(settings.rule_set, settings.arch)
+    out: dict[str, list[str]] = {}
+    for problem in problems:
+        if problem.key in measured:
+            missing = [c.name for c in configs if c.name not in measured[problem.key] and is_supported(problem, c)]
+            if missing:
+                out[problem.key] = missing
+    return out
 
 
 def write_shard(out_dir: Path, rows: list[dict]) -> Path:
@@ -635,22 +663,48 @@ def write_shard(out_dir: Path, rows: list[dict]) -> Path:
 
 
 def run_sweep(problems: list[ConvProblem], settings: BenchSettings, out_dir: Path | str, *, shard_every: int = 8,
-              log=print) -> Path:
-    """Measure ``problems`` into ``out_dir`` (resumable). Returns the manifest path."""
+              complete: Iterable[Path | str] = (), log=print) -> Path:
+    """Measure ``problems`` into ``out_dir`` (resumable). Returns the manifest path.
+
+    ``complete`` (folders of earlier sweeps) makes this a completion sweep: only problems measured
+    there are taken, and of each only the rule set's applicable kernels that have no row there or in
+    ``out_dir`` (kernels added to the rule set since), without cuDNN. ``out_dir`` must be a folder
+    of its own (its manifest names the completed folders), so the rows stay apart from the sweep
+    they complete and ``models.dataset.read_rows`` can check that no kernel is measured twice."""
     from tiledispatch.native.registry import write_json_atomic
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    done = done_problem_keys(out)
-    todo = [p for p in problems if p.key not in done]
-    log(f"bench: {len(problems)} problems, {len(problems) - len(todo)} already measured, {len(todo)} to go")
+    completes = [str(Path(d)) for d in complete]
     manifest_file = out / "manifest.json"
     if manifest_file.exists():
         manifest = json.loads(manifest_file.read_text())
+        if sorted(manifest.get("completes", [])) != sorted(completes):
+            raise ValueError(f"{out}: its manifest completes {manifest.get('completes', [])}, this sweep {completes}; "
+                             "a completion sweep writes to a folder of its own (use a new --out)")
+    if completes:
+        if settings.include_cudnn or settings.max_kernels:
+            raise ValueError("complete: a completion sweep measures every missing kernel and no cuDNN "
+                             "(needs include_cudnn=False and max_kernels=0)")
+        measured = measured_kernels([*completes, out])
+        skip = {key: measured[key] for key in missing_kernels(problems, settings, measured)}
+        todo = [p for p in problems if p.key in skip]
+        log(f"bench: completing {len(todo)} of {len(problems)} problems "
+            f"({sum(len(v) for v in missing_kernels(todo, settings, measured).values())} kernels)")
+    else:
+        done = done_problem_keys(out)
+        skip = {}
+        todo = [p for p in problems if p.key not in done]
+        log(f"bench: {len(problems)} problems, {len(problems) - len(todo)} already measured, {len(todo)} to go")
+    if not todo:  # nothing to measure: no sitting, no ceilings measured for an empty folder
+        return manifest_file
+    if manifest_file.exists():
         ceilings = Ceilings(**manifest["ceilings"])
     else:
         ceilings = measure_ceilings()
         manifest = environment_manifest(settings, ceilings)
+        if completes:
+            manifest["completes"] = completes
         manifest["sittings"] = []
         write_json_atomic(manifest_file, manifest)  # a killed sitting still leaves its context
         log(f"bench: ceilings {ceilings}")
@@ -661,7 +715,7 @@ def run_sweep(problems: list[ConvProblem], settings: BenchSettings, out_dir: Pat
     started = time.time()
     try:
         for index, problem in enumerate(todo, 1):
-            rows = sweep_problem(problem, settings, ceilings, worker, log=log)
+            rows = sweep_problem(problem, settings, ceilings, worker, log=log, skip=skip.get(problem.key, ()))
             pending.extend(rows)
             ok = [r for r in rows if r["status"] == "ok" and r["kernel"] not in BASELINES]
             best = min(ok, key=lambda r: r["graph_us"], default=None)

@@ -145,7 +145,13 @@ def bench_main(argv: list[str]) -> int:
                         help="after --limit, keep every N-th problem starting at the I-th (one process per GPU)")
     parser.add_argument("--training", action="store_true",
                         help="training-data timing: CUDA-graph replay only, about 5 ms of device time per kernel")
+    parser.add_argument("--complete", type=Path, nargs="+", default=[], metavar="DIR",
+                        help="completion sweep: for the problems measured in these folders, measure only the "
+                             "applicable kernels they lack (added to the rule set since), without cuDNN, into "
+                             "--out (a folder of its own)")
     args = parser.parse_args(argv)
+    if args.complete and (args.max_kernels or args.oracle_only):
+        parser.error("--complete measures every missing kernel fully: drop --max-kernels and --oracle-only")
     directions = [Direction.parse(d).value for d in _csv(args.direction) or []]
     dtype = DType.parse(args.dtype).value
     if args.problems:
@@ -158,13 +164,13 @@ def bench_main(argv: list[str]) -> int:
     index, count = args.shard
     problems = problems[index::count]
     settings = BenchSettings(cache_dir=str(args.cache_dir), arch=args.arch, rule_set=args.rule_set,
-                             oracle_only=args.oracle_only, include_cudnn=not args.no_cudnn,
+                             oracle_only=args.oracle_only, include_cudnn=not (args.no_cudnn or args.complete),
                              max_kernels=args.max_kernels, seed=args.seed,
                              **(dict(event_timing=False, budget_us=5_000.0, graph_replays=3) if args.training else {}))
     # SIGTERM (e.g. `timeout` ending a sitting) unwinds like an exception, so the sweep's `finally`
     # writes the rows measured since the last shard instead of losing them.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    manifest = run_sweep(problems, settings, args.out)
+    manifest = run_sweep(problems, settings, args.out, complete=args.complete)
     print(f"bench: manifest {manifest}")
     return 0
 

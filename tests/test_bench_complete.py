@@ -1,0 +1,104 @@
+"""Completion sweeps (``tiledispatch bench --complete``): kernels added to the rule set after a problem
+was measured are measured on their own into a folder of their own, and read back beside the sweep they
+complete without a kernel counted twice (no GPU needed: measuring is faked)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import pytest
+
+from tiledispatch.native import bench
+from tiledispatch.native.problem import ConvProblem
+from tiledispatch.native.rules import rule_set_configs
+from tiledispatch.native.support import is_supported
+
+pytest.importorskip("pyarrow")
+
+MEASURED = ConvProblem.from_key("fwd|bf16|3d|n32|g96|c96|k96|in8x28x28|f3x3x3|s1x1x1|d1x1x1|pb1x1x1|pe1x1x1")
+UNMEASURED = ConvProblem.from_key("fwd|bf16|2d|n8|g32|c128|k128|in14x14|f3x3|s1x1|d1x1|pb1x1|pe1x1")
+CEILINGS = bench.Ceilings(matmul_tflops=700.0, copy_gbs=4000.0, fma_tflops=60.0)
+
+
+def _applicable(problem: ConvProblem) -> list[str]:
+    return [c.name for c in rule_set_configs("default") if is_supported(problem, c)]
+
+
+def _rows(problem: ConvProblem, kernels) -> list[dict]:
+    return [{"problem_key": problem.key, "kernel": k, "status": "ok", "graph_us": 1.0} for k in kernels]
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """Measuring faked: each sweep_problem call is recorded and returns one ok row per kernel not skipped."""
+    calls: list[tuple[str, set[str]]] = []
+
+    def sweep(problem, settings, ceilings, worker, log=print, skip=()):
+        calls.append((problem.key, set(skip)))
+        return _rows(problem, [k for k in _applicable(problem) if k not in set(skip)])
+
+    monkeypatch.setattr(bench, "sweep_problem", sweep)
+    monkeypatch.setattr(bench, "measure_ceilings", lambda: CEILINGS)
+    monkeypatch.setattr(bench, "environment_manifest", lambda settings, ceilings: {"ceilings": asdict(ceilings)})
+    return calls
+
+
+def test_completion_measures_only_the_kernels_the_earlier_sweep_lacks(tmp_path, fake_gpu):
+    import json
+
+    import pyarrow.parquet as pq
+
+    kernels = _applicable(MEASURED)
+    assert len(kernels) > 2
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    bench.write_shard(earlier, _rows(MEASURED, kernels[1:]) + _rows(MEASURED, [bench.CUDNN]))
+    settings = bench.BenchSettings(cache_dir="unused", include_cudnn=False)
+    out = tmp_path / "completion"
+    bench.run_sweep([MEASURED, UNMEASURED], settings, out, complete=[earlier], log=lambda line: None)
+    # The unmeasured problem is not a completion's business; the measured one gets its one missing kernel.
+    assert fake_gpu == [(MEASURED.key, set(kernels[1:]) | {bench.CUDNN})]
+    written = [k for shard in sorted(out.glob("rows-*.parquet"))
+               for k in pq.read_table(shard).column("kernel").to_pylist()]
+    assert written == kernels[:1]
+    assert json.loads((out / "manifest.json").read_text())["completes"] == [str(earlier)]
+    bench.run_sweep([MEASURED, UNMEASURED], settings, out, complete=[earlier], log=lambda line: None)
+    assert len(fake_gpu) == 1  # resumed: nothing left to complete
+
+
+def test_completion_refuses_cudnn_a_kernel_sample_and_a_plain_sweeps_folder(tmp_path, fake_gpu):
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    bench.write_shard(earlier, _rows(MEASURED, _applicable(MEASURED)[1:]))
+    for settings in (bench.BenchSettings(cache_dir="unused"),
+                     bench.BenchSettings(cache_dir="unused", include_cudnn=False, max_kernels=48)):
+        with pytest.raises(ValueError, match="every missing kernel and no cuDNN"):
+            bench.run_sweep([MEASURED], settings, tmp_path / "completion", complete=[earlier], log=lambda line: None)
+    plain = tmp_path / "plain"
+    bench.run_sweep([UNMEASURED], bench.BenchSettings(cache_dir="unused", include_cudnn=False), plain,
+                    log=lambda line: None)
+    with pytest.raises(ValueError, match="folder of its own"):
+        bench.run_sweep([MEASURED], bench.BenchSettings(cache_dir="unused", include_cudnn=False), plain,
+                        complete=[earlier], log=lambda line: None)
+    assert [key for key, _ in fake_gpu] == [UNMEASURED.key]
+
+
+def test_read_rows_takes_a_completion_folder_beside_the_sweep_it_completes(tmp_path, fake_gpu):
+    from tiledispatch.models.dataset import read_rows
+
+    kernels = _applicable(MEASURED)
+    earlier, other = tmp_path / "earlier", tmp_path / "other"
+    for folder, rows in ((earlier, _rows(MEASURED, kernels[1:])), (other, _rows(MEASURED, kernels[:1]))):
+        folder.mkdir()
+        bench.write_shard(folder, rows)
+    completion = tmp_path / "completion"
+    bench.run_sweep([MEASURED], bench.BenchSettings(cache_dir="unused", include_cudnn=False), completion,
+                    complete=[earlier], log=lambda line: None)
+    frame, manifests = read_rows([earlier, completion])
+    assert sorted(frame["kernel"]) == sorted(kernels) and [m["problems"] for m in manifests] == [1, 1]
+    # A plain folder with the same problem is refused, so is a completion that repeats a kernel.
+    with pytest.raises(ValueError, match="also in"):
+        read_rows([completion, earlier, other])
+    bench.write_shard(completion, _rows(MEASURED, kernels[1:2]))
+    with pytest.raises(ValueError, match="also measured in"):
+        read_rows([earlier, completion])
