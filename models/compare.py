@@ -28,9 +28,10 @@ from typing import Any
 import numpy as np
 
 from tiledispatch.models import metrics
-from tiledispatch.models.dataset import ProblemRows, problem_rows, read_rows
+from tiledispatch.models.dataset import ProblemRows, problem_rows, read_rows, rule_set_kernels
 from tiledispatch.models.predictor import load, rank
 from tiledispatch.native.problem import Direction, DType
+from tiledispatch.native.rules import RULE_SETS
 
 SEED = 20261122
 RESAMPLES = 10_000
@@ -71,13 +72,14 @@ def paired(baseline: Sequence[metrics.Pick], other: Sequence[metrics.Pick], *, s
 
 
 def compare(data_dirs: Sequence[Path], model_folders: Sequence[Path], direction: Direction,
-            dtype: DType = DType.BF16) -> dict[str, Any]:
+            dtype: DType = DType.BF16, rule_set: str | None = None) -> dict[str, Any]:
     models = [load(folder) for folder in model_folders]
     for folder, model in zip(model_folders, models):
         if not model.covers(model.arch, dtype, direction):
             raise ValueError(f"compare: {folder} is not a {direction.value}/{dtype.value} model")
     frame, _ = read_rows(data_dirs)
-    problems = problem_rows(frame, direction=direction.value, dtype=dtype.value)
+    problems = problem_rows(frame, direction=direction.value, dtype=dtype.value,
+                            kernels=rule_set_kernels(rule_set, models[0].arch) if rule_set else None)
     if not problems:
         raise ValueError(f"compare: no {direction.value}/{dtype.value} problems in {list(map(str, data_dirs))}")
     selectors: dict[str, list[metrics.Pick]] = {}
@@ -87,6 +89,7 @@ def compare(data_dirs: Sequence[Path], model_folders: Sequence[Path], direction:
     names = list(selectors)
     base = names[0]
     return {"direction": direction.value, "dtype": dtype.value, "problems": len(problems),
+            "kernels_of_rule_set": rule_set or "every kernel in the data",
             "data": [str(d) for d in data_dirs], "baseline": base,
             "selectors": {name: {"overall": metrics.summarize(picks), "by_class": metrics.by_label(labels, picks),
                                  "efficiency": [round(p.efficiency, 6) for p in picks]}
@@ -117,8 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", type=Path, nargs="+", required=True,
                         help="artifact folders <name>/<version>; the first is the baseline")
     parser.add_argument("--out", type=Path, help="write the JSON here (default: stdout only)")
+    parser.add_argument("--rule-set", default=None, choices=RULE_SETS,
+                        help="score on this rule set's kernels only (default: every kernel in the data)")
     args = parser.parse_args(argv)
-    result = compare(args.data, args.models, Direction.parse(args.direction), DType.parse(args.dtype))
+    result = compare(args.data, args.models, Direction.parse(args.direction), DType.parse(args.dtype),
+                     rule_set=args.rule_set)
     result["command"] = "python -m tiledispatch.models.compare " + " ".join(sys.argv[1:] if argv is None else argv)
     print(f"{result['direction']}: {result['problems']} problems")
     print("\n".join(markdown_rows(result)))

@@ -63,11 +63,19 @@ from typing import Any
 import numpy as np
 
 from tiledispatch.models import metrics
-from tiledispatch.models.dataset import ProblemRows, data_hash, manifest_summary, problem_rows, read_rows
+from tiledispatch.models.dataset import (
+    ProblemRows,
+    data_hash,
+    manifest_summary,
+    problem_rows,
+    read_rows,
+    rule_set_kernels,
+)
 from tiledispatch.models.features import FEATURE_SETS, FeatureEngine
 from tiledispatch.models.predictor import RANKER_FILE, REGRESSOR_FILE
 from tiledispatch.native.arch import get_arch
 from tiledispatch.native.problem import Direction, DType
+from tiledispatch.native.rules import RULE_SETS
 
 TARGET = "log_us"
 
@@ -283,12 +291,19 @@ def exclude_shapes(paths: Sequence[Path]) -> set[str]:
 
 def train_artifact(data_dirs: Sequence[Path], direction: Direction, dtype: DType, out: Path, *,
                    arch: str = "sm_90", version: str = "1", name: str = "", settings: TrainSettings = TrainSettings(),
-                   feature_set: int | None = None, exclude: Sequence[Path] = (), log=print) -> Path:
+                   feature_set: int | None = None, exclude: Sequence[Path] = (), rule_set: str | None = None,
+                   also_dtypes: Sequence[DType] = (), log=print) -> Path:
     """Train and write one artifact folder; returns it. ``feature_set`` trains on an older schema's
-    feature names (``features.FEATURE_SETS``), e.g. for the version-awareness fixture."""
+    feature names (``features.FEATURE_SETS``), e.g. for the version-awareness fixture; ``rule_set``
+    trains on that rule set's kernels only (``dataset.problem_rows(kernels=...)``); ``also_dtypes``
+    adds those dtypes' problems to the training rows of a ``dtype`` model (the features see a kernel's
+    tile, not its dtype, and bf16 and fp16 share the tensor-core and memory rates: an fp16 model can
+    learn from bf16 measurements of the same kernels' twins)."""
     frame, manifests = read_rows(data_dirs)
-    problems = problem_rows(frame, direction=direction.value, dtype=dtype.value,
-                            include_pruned=settings.include_pruned)
+    kernels = rule_set_kernels(rule_set, arch) if rule_set else None
+    problems = [pr for d in (dtype, *[x for x in also_dtypes if x is not dtype])
+                for pr in problem_rows(frame, direction=direction.value, dtype=d.value,
+                                       include_pruned=settings.include_pruned, kernels=kernels)]
     excluded = exclude_shapes(exclude) if exclude else set()
     if excluded:
         from tiledispatch.models.dataset_plan import shape_of
@@ -332,6 +347,8 @@ def train_artifact(data_dirs: Sequence[Path], direction: Direction, dtype: DType
                 "problems": len(problems), "timed_rows": int(sum(pr.timed.sum() for pr in problems)),
                 **manifest_summary(manifests), "direction": direction.value, "dtype": dtype.value,
                 "arch": get_arch(arch).arch, "excluded_shapes_from": [str(p) for p in exclude],
+                **({"kernels_of_rule_set": rule_set} if rule_set else {}),
+                **({"also_dtypes": [d.value for d in also_dtypes]} if also_dtypes else {}),
                 "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "git_commit": _git_commit(),
                 "artifact_format": settings.artifact_format,
                 "settings": dataclasses.asdict(settings), "trees": booster.num_trees(),
@@ -344,6 +361,8 @@ def train_artifact(data_dirs: Sequence[Path], direction: Direction, dtype: DType
                                                       else "")
                             + (f" --feature-set {feature_set}" if feature_set is not None else "")
                             + (f" --exclude {' '.join(map(str, exclude))}" if exclude else "")
+                            + (f" --rule-set {rule_set}" if rule_set else "")
+                            + "".join(f" --also-dtype {d.value}" for d in also_dtypes)
                             + settings_flags(settings))}
     (staging / "train_manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     _publish(staging, folder)
@@ -394,6 +413,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="train on an older schema's features (default: the engine's newest)")
     parser.add_argument("--exclude", type=Path, nargs="*", default=[],
                         help="problem files (validation lists) whose shapes must never be trained on")
+    parser.add_argument("--rule-set", default=None, choices=RULE_SETS,
+                        help="train on this rule set's kernels only (default: every kernel in the data)")
+    parser.add_argument("--also-dtype", action="append", default=[],
+                        help="also train on this dtype's problems (e.g. an fp16 model on fp16 and bf16 rows)")
     for f in dataclasses.fields(TrainSettings):
         flag = f"--{f.name.replace('_', '-')}"
         if isinstance(f.default, bool):
@@ -409,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     train_artifact(args.data, Direction.parse(args.direction), DType.parse(args.dtype), args.out, arch=args.arch,
                    version=args.version, name=args.name, settings=settings, feature_set=args.feature_set,
-                   exclude=args.exclude)
+                   exclude=args.exclude, rule_set=args.rule_set,
+                   also_dtypes=[DType.parse(d, "also_dtype") for d in args.also_dtype])
     return 0
 
 

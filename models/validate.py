@@ -40,11 +40,12 @@ import numpy as np
 
 from tiledispatch.models import metrics
 from tiledispatch.models.analytic import AnalyticPredictor
-from tiledispatch.models.dataset import ProblemRows, manifest_summary, problem_rows, read_rows
+from tiledispatch.models.dataset import ProblemRows, manifest_summary, problem_rows, read_rows, rule_set_kernels
 from tiledispatch.models.predictor import newest_covering, rank
 from tiledispatch.native.arch import get_arch
 from tiledispatch.native.bench import PRUNE_FACTOR
 from tiledispatch.native.problem import Direction, DType
+from tiledispatch.native.rules import RULE_SETS
 
 #: Heuristic time within this factor of the autotuned time counts as "picked the best".
 CUDNN_TOP1_TOLERANCE = 1.01
@@ -291,21 +292,25 @@ def source_map(plan_files: Sequence[Path]) -> dict[str, str]:
 
 
 def run(data_dirs: Sequence[Path], models_dir: Path | None, dtype: DType, out: Path, *, arch: str = "sm_90",
-        model_folders: Sequence[Path] = (), plan_files: Sequence[Path] = (), command: str = "") -> dict[str, Any]:
+        model_folders: Sequence[Path] = (), plan_files: Sequence[Path] = (), command: str = "",
+        rule_set: str | None = None) -> dict[str, Any]:
+    """``rule_set``: score on that rule set's kernels only (the candidates and the oracle)."""
     frame, manifests = read_rows(data_dirs)
+    kernels = rule_set_kernels(rule_set, arch) if rule_set else None
     spec = get_arch(arch)
     models = load_models(models_dir, model_folders)
     analytic = AnalyticPredictor(spec)
     source_of = source_map(plan_files)
     results: dict[str, DirectionResult] = {}
     for direction in Direction:
-        problems = problem_rows(frame, direction=direction.value, dtype=dtype.value)
+        problems = problem_rows(frame, direction=direction.value, dtype=dtype.value, kernels=kernels)
         if not problems:
             continue
         model = choose_model(models, spec.arch, spec.name, dtype, direction)
         results[direction.value] = evaluate(problems, model, analytic, direction.value, source_of)
     out.mkdir(parents=True, exist_ok=True)
     report = {"arch": spec.arch, "device": spec.name, "dtype": dtype.value, **manifest_summary(manifests),
+              "kernels_of_rule_set": rule_set or "every kernel in the data",
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": command,
               "targets": TARGETS, "directions": {d: {**result_json(r), "pruning": pruning_caveat(frame, d, dtype)}
                                                  for d, r in results.items()}}
@@ -327,9 +332,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arch", default="sm_90")
     parser.add_argument("--plan", type=Path, nargs="*", default=[], help="validation problem files (for sources)")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--rule-set", default=None, choices=RULE_SETS,
+                        help="score on this rule set's kernels only (default: every kernel in the data)")
     args = parser.parse_args(argv)
     report = run(args.data, args.models if args.models.exists() else None, DType.parse(args.dtype), args.out,
-                 arch=args.arch, model_folders=args.model, plan_files=args.plan,
+                 arch=args.arch, model_folders=args.model, plan_files=args.plan, rule_set=args.rule_set,
                  command="python -m tiledispatch.models.validate " + " ".join(sys.argv[1:] if argv is None else argv))
     for direction, r in report["directions"].items():
         t = r.get("trained", {}).get("overall", {})

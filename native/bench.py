@@ -475,12 +475,18 @@ def _in_fresh_thread(fn):
 
 
 def select_configs(problem: ConvProblem, registry: Any, settings: BenchSettings, exclude: Iterable[str] = ()) -> list:
+    """The registry's kernels of ``settings.rule_set`` that support ``problem`` (a seeded sample of
+    ``max_kernels`` when set). A registry folder may hold more than the rule set (e.g. kernels that
+    GPU tests compiled into a shared cache); those are never measured under the rule set's name."""
     import random
 
+    from tiledispatch.native.rules import rule_set_configs
     from tiledispatch.native.support import is_supported
 
     excluded = set(exclude)
-    configs = [c for c in registry.configs if c.name not in excluded and is_supported(problem, c)]
+    in_rule_set = {c.name for c in rule_set_configs(settings.rule_set, settings.arch)}
+    configs = [c for c in registry.configs
+               if c.name in in_rule_set and c.name not in excluded and is_supported(problem, c)]
     if settings.max_kernels and len(configs) > settings.max_kernels:
         rng = random.Random(f"{settings.seed}|{problem.key}")
         configs = sorted(rng.sample(configs, settings.max_kernels), key=lambda c: c.name)

@@ -51,15 +51,16 @@ def test_the_recorded_command_reproduces_the_forward_model_bit_for_bit(tmp_path,
         assert rebuilt.read_bytes() == (folder / name).read_bytes(), name
 
 
-def test_the_server_serves_the_shipped_models():
+@pytest.mark.parametrize("dtype", [DType.BF16, DType.FP16], ids=lambda d: d.value)
+def test_the_server_serves_the_shipped_models(dtype):
     from tiledispatch.native.arch import get_arch
     from tiledispatch.server.predictors import ModelStore
 
     store = ModelStore.load(ARTIFACTS, get_arch("sm_90"))
     for direction in Direction:
-        model = store.choose(DType.BF16, direction)
-        assert model is not None and model.kind == "trained", direction
-        problem = ConvProblem(direction=direction, dtype=DType.BF16, batch=8, groups=32, in_channels=128,
+        model = store.choose(dtype, direction)
+        assert model is not None and model.kind == "trained" and model.covers("sm_90", dtype, direction), direction
+        problem = ConvProblem(direction=direction, dtype=dtype, batch=8, groups=32, in_channels=128,
                               out_channels=128, input_size=(28, 28), filter_size=(3, 3), stride=(1, 1), dilation=(1, 1),
                               pad_begin=(1, 1),
                               pad_end=(1, 1))

@@ -1,0 +1,27 @@
+"""Which kernels the tile-engine benchmark measures for a problem: the registry's kernels of the sweep's
+rule set only, whatever else the registry folder holds (no GPU needed)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from tiledispatch.native import bench
+from tiledispatch.native.problem import ConvProblem
+from tiledispatch.native.rules import rule_set_configs
+from tiledispatch.native.support import is_supported
+
+PROBLEM = ConvProblem.from_key("fwd|bf16|2d|n8|g32|c128|k128|in14x14|f3x3|s1x1|d1x1|pb1x1|pe1x1")
+
+
+def test_kernels_outside_the_rule_set_are_never_measured():
+    default = {c.name for c in rule_set_configs("default")}
+    extra = [c for c in rule_set_configs("full") if c.name not in default and is_supported(PROBLEM, c)]
+    assert extra  # e.g. kernels GPU tests compiled into a shared registry folder
+    registry = SimpleNamespace(configs=[*rule_set_configs("default"), *extra])
+    chosen = bench.select_configs(PROBLEM, registry, bench.BenchSettings(cache_dir="unused"))
+    assert chosen and {c.name for c in chosen} <= default
+    assert {c.name for c in chosen} == {c.name for c in rule_set_configs("default") if is_supported(PROBLEM, c)}
+    sampled = bench.select_configs(PROBLEM, registry, bench.BenchSettings(cache_dir="unused", max_kernels=40))
+    assert len(sampled) == 40 and {c.name for c in sampled} <= default
+    full = bench.select_configs(PROBLEM, registry, bench.BenchSettings(cache_dir="unused", rule_set="full"))
+    assert {c.name for c in extra} <= {c.name for c in full}
