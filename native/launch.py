@@ -330,8 +330,20 @@ class LaunchPlan:
         if check_support and self.unsupported:
             raise LaunchError(f"kernel {self.config.name} does not support this problem: {self.unsupported}")
         spec_a, spec_b, spec_r = self.operands
-        first_pytorch = self._accept(spec_a, first)
-        second_pytorch = self._accept(spec_b, second)
+        # The common case, PyTorch-shaped channels-last operands of the plan's dtype, checked inline
+        # (what _accept returns True for: a grouped shape never equals a PyTorch one, its rank is
+        # one more); anything else through _accept, with its checks and messages.
+        dtype, fmt = self.dtype, self.memory_format
+        if (isinstance(first, torch.Tensor) and first.dtype == dtype and first.shape == spec_a.pytorch
+                and first.is_contiguous(memory_format=fmt)):
+            first_pytorch = True
+        else:
+            first_pytorch = self._accept(spec_a, first)
+        if (isinstance(second, torch.Tensor) and second.dtype == dtype and second.shape == spec_b.pytorch
+                and second.is_contiguous(memory_format=fmt)):
+            second_pytorch = True
+        else:
+            second_pytorch = self._accept(spec_b, second)
         device = first.device
         if second.device != device:
             raise LaunchError(f"{spec_b.name}: must be on {device} like {spec_a.name}, got {second.device}")

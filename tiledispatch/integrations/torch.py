@@ -84,11 +84,13 @@ def tile_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None =
     as two tuples). Falls back to PyTorch for tensors the runtime does not accept."""
     nd = x.dim() - 2
     stride, dilation = _tuple(stride, nd), _tuple(dilation, nd)
-    kernel = tuple(weight.shape[2:])
-    if isinstance(padding, tuple) and len(padding) == 2 and all(isinstance(p, tuple) for p in padding):
+    if type(padding) is tuple and len(padding) == 2 and type(padding[0]) is tuple and type(padding[1]) is tuple:
+        pad_begin, pad_end = padding  # (begin, end) pairs: what TileConv.forward passes
+    elif isinstance(padding, tuple) and len(padding) == 2 and all(isinstance(p, tuple) for p in padding):
         pad_begin, pad_end = padding
     else:
-        pad_begin, pad_end = padding_of(padding if isinstance(padding, str) else _tuple(padding, nd), kernel, dilation)
+        pad_begin, pad_end = padding_of(padding if isinstance(padding, str) else _tuple(padding, nd),
+                                        tuple(weight.shape[2:]), dilation)
     if torch.is_autocast_enabled(x.device.type):
         dtype = torch.get_autocast_dtype(x.device.type)
         x, weight = x.to(dtype), weight.to(dtype)
@@ -114,6 +116,8 @@ def tile_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None =
 
 
 def _tuple(value: Any, n: int) -> tuple[int, ...]:
+    if type(value) is tuple:
+        return value
     return tuple(value) if isinstance(value, (tuple, list)) else (int(value),) * n
 
 
@@ -141,8 +145,15 @@ class _TileConvMixin:
     """forward() of a TileConv: our kernels where the runtime accepts the tensor, else nn.Conv's own."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        pad_begin, pad_end = padding_of(self.padding, self.kernel_size, self.dilation)
-        return tile_conv(x, self.weight, self.bias, self.stride, (pad_begin, pad_end), self.dilation, self.groups)
+        # (stride, (pad_begin, pad_end), dilation) as tile_conv wants them, kept while the module's
+        # padding, kernel_size, stride and dilation are the same objects (recomputed if one is set).
+        params = self.__dict__.get("_tile_params")
+        if (params is None or params[0] is not self.padding or params[1] is not self.kernel_size
+                or params[2] is not self.stride or params[3] is not self.dilation):
+            params = (self.padding, self.kernel_size, self.stride, self.dilation, tuple(self.stride),
+                      padding_of(self.padding, self.kernel_size, self.dilation), tuple(self.dilation))
+            self.__dict__["_tile_params"] = params
+        return tile_conv(x, self.weight, self.bias, params[4], params[5], params[6], self.groups)
 
     @classmethod
     def from_conv(cls, conv: nn.Module) -> nn.Module:

@@ -20,7 +20,10 @@ Which implementation serves a call, ours or PyTorch's own convolution, is the ru
 Per-call host cost on a cache hit: one dict lookup keyed by shapes and parameters (the
 :class:`ConvProblem`, its kernel, its :class:`~tiledispatch.native.launch.LaunchPlan` and, under
 ``fastest``, its decision are made once per shape), then the plan's ``run`` (operand checks, output and
-workspace allocation, launches with bound pointers) or PyTorch's convolution.
+workspace allocation, launches with bound pointers) or PyTorch's convolution. That lookup is in the
+runtime's *routes* (key -> entry and implementation, the policy and decision already applied), which
+are derived from the entries and dropped whenever an entry changes (:class:`_EntryTable`) or the
+policy is set; a miss takes the full path (:meth:`Runtime._dispatch`), which fills them again.
 """
 
 from __future__ import annotations
@@ -86,6 +89,85 @@ class Entry:
         return replace(self, plan=launch.launch_plan(self.problem, self.config, self.backend, self.loader))
 
 
+class _EntryTable(dict):
+    """The runtime's entries (a dict keyed like :meth:`Runtime.entry`'s cache). Every change of it
+    (the runtime's own, or a test's ``runtime._entries[key] = ...``) bumps ``generation`` and drops
+    what was derived from the changed entries: the route of that key (a route depends on its own
+    entry only; all of them when several keys change) and every ``pytorch_serves`` answer, so that
+    a fast-path answer never outlives the entries it came from. Reads are plain dict reads."""
+
+    def __init__(self, routes: dict, serves: dict):
+        super().__init__()
+        self.generation = 0
+        self.routes, self.serves = routes, serves
+        self.lock = threading.Lock()
+
+    def _changed(self, key: Any = None, every: bool = False) -> None:  # called with the lock held
+        self.generation += 1
+        if every:
+            self.routes.clear()
+        else:
+            self.routes.pop(key, None)
+        self.serves.clear()
+
+    def remember(self, table: dict, key: Any, value: Any, generation: int) -> None:
+        """``table[key] = value`` unless the entries changed since ``generation`` (read before
+        ``value`` was derived from them)."""
+        with self.lock:
+            if self.generation == generation:
+                table[key] = value
+
+    def forget(self) -> None:
+        """Drop every route and ``pytorch_serves`` answer (e.g. the policy changed)."""
+        with self.lock:
+            self._changed(every=True)
+
+    def __setitem__(self, key, value) -> None:
+        with self.lock:
+            super().__setitem__(key, value)
+            self._changed(key)
+
+    def __delitem__(self, key) -> None:
+        with self.lock:
+            super().__delitem__(key)
+            self._changed(key)
+
+    def __ior__(self, other):
+        self.update(other)
+        return self
+
+    def clear(self) -> None:
+        with self.lock:
+            super().clear()
+            self._changed(every=True)
+
+    def pop(self, key, *default):
+        with self.lock:
+            try:
+                return super().pop(key, *default)
+            finally:
+                self._changed(key)
+
+    def popitem(self):
+        with self.lock:
+            try:
+                return super().popitem()
+            finally:
+                self._changed(every=True)
+
+    def setdefault(self, key, default=None):
+        with self.lock:
+            try:
+                return super().setdefault(key, default)
+            finally:
+                self._changed(key)
+
+    def update(self, *args, **kwargs) -> None:
+        with self.lock:
+            super().update(*args, **kwargs)
+            self._changed(every=True)
+
+
 class Runtime:
     """Selection and launch settings of the PyTorch integration (one per process by default).
 
@@ -117,7 +199,11 @@ class Runtime:
         self.client_options = dict(client_options or {})
         self._jit_selector: KernelSelector | None = None
         self._registry: Any = None
-        self._entries: dict[tuple, Entry] = {}
+        # Derived from the entries (emptied on every change of them, see _EntryTable): per call key,
+        # the entry and whether ours runs it (``_routes``), and ``pytorch_serves``' answers.
+        self._routes: dict[tuple, tuple[Entry | None, bool]] = {}
+        self._serves: dict[tuple, bool] = {}
+        self._entries: _EntryTable = _EntryTable(self._routes, self._serves)
         self._lock = threading.Lock()
         self._logged: set[str] = set()
         self.policy = policy if policy is not None else os.environ.get(dispatch.POLICY_ENV)
@@ -131,6 +217,9 @@ class Runtime:
     @policy.setter
     def policy(self, value: str | None) -> None:
         self._policy = dispatch.parse_policy(value)
+        entries = getattr(self, "_entries", None)
+        if entries is not None:  # routes and pytorch_serves answers applied the old policy
+            entries.forget()
 
     # ---- what goes where -------------------------------------------------------------------------
     def accepts(self, tensor: torch.Tensor) -> bool:
@@ -239,7 +328,23 @@ class Runtime:
         """Whether every direction this call can run is already settled on PyTorch's convolution
         (policy ``pytorch``, or ``fastest`` decisions for the forward and, when gradients flow, both
         backward directions). The caller may then run ``F.conv`` itself, under PyTorch's own autograd:
-        one ``convolution_backward`` for both gradients and none of the custom ops' per-call cost."""
+        one ``convolution_backward`` for both gradients and none of the custom ops' per-call cost.
+
+        Answers are kept per call key until the entries or the policy change (one dict lookup)."""
+        grad = torch.is_grad_enabled()
+        key = (x.shape, weight.shape, x.dtype, x.device.type, groups, stride, pad_begin, pad_end, dilation,
+               grad and x.requires_grad, grad and weight.requires_grad)
+        found = self._serves.get(key)
+        if found is not None:
+            return found
+        generation = self._entries.generation
+        answer = self._pytorch_serves(x, weight, groups, stride, pad_begin, pad_end, dilation)
+        self._entries.remember(self._serves, key, answer, generation)
+        return answer
+
+    def _pytorch_serves(self, x: torch.Tensor, weight: torch.Tensor, groups: int, stride: tuple[int, ...],
+                        pad_begin: tuple[int, ...], pad_end: tuple[int, ...], dilation: tuple[int, ...]) -> bool:
+        """:meth:`pytorch_serves` from the entries (uncached)."""
         policy = dispatch.resolve(self._policy, x.device)
         if policy == dispatch.PYTORCH:
             return True
@@ -287,30 +392,70 @@ class Runtime:
             w_shape: tuple[int, ...], groups: int, stride: tuple[int, ...], pad_begin: tuple[int, ...],
             pad_end: tuple[int, ...], dilation: tuple[int, ...]) -> torch.Tensor:
         """One direction on PyTorch-shaped tensors, by the implementation the policy picks; the result
-        is in channels-last memory either way."""
-        call = (direction, first, second, x_shape, w_shape, groups, stride, pad_begin, pad_end, dilation)
+        is in channels-last memory either way.
+
+        Steady state: one lookup in the routes (the entry and the implementation, policy and
+        decision applied; counted as a selection cache hit like :meth:`entry`'s), then the launch or
+        PyTorch's convolution; a miss goes through :meth:`_dispatch`, which fills the route."""
         device = first.device
-        if (device.type != "cuda" and self.cpu != "interpret") or first.dtype not in _DTYPES:
-            return reference(*call)
-        if device.type == "cuda" and device.index is not None and device.index != torch.cuda.current_device():
+        device_type = device.type
+        dtype = first.dtype
+        if (device_type != "cuda" and self.cpu != "interpret") or dtype not in _DTYPES:
+            return reference(direction, first, second, x_shape, w_shape, groups, stride, pad_begin, pad_end, dilation)
+        if device_type == "cuda" and device.index is not None and device.index != torch.cuda.current_device():
             with torch.cuda.device(device):
-                return self._dispatch(call)
-        return self._dispatch(call)
+                return self._dispatch((direction, first, second, x_shape, w_shape, groups, stride, pad_begin,
+                                       pad_end, dilation))
+        start = time.perf_counter()
+        route = self._routes.get((direction, dtype, x_shape, w_shape, groups, stride, pad_begin, pad_end, dilation,
+                                  device_type))
+        if route is None:
+            return self._dispatch((direction, first, second, x_shape, w_shape, groups, stride, pad_begin, pad_end,
+                                   dilation))
+        entry, ours = route
+        if entry is not None:  # as entry()'s cache hit
+            stats = self.selector.stats
+            stats.cached += 1
+            stats.cached_s += time.perf_counter() - start
+        if ours:
+            return self._launch(entry, first, second)
+        return reference(direction, first, second, x_shape, w_shape, groups, stride, pad_begin, pad_end, dilation)
 
     def _dispatch(self, call: tuple) -> torch.Tensor:
-        """``call`` (:meth:`run`'s arguments) on ours or PyTorch's convolution, per the policy."""
+        """``call`` (:meth:`run`'s arguments) on ours or PyTorch's convolution, per the policy (the
+        full path: entry, decision; then the call's route is remembered for :meth:`run`)."""
         direction, first, second, x_shape, w_shape, groups, stride, pad_begin, pad_end, dilation = call
         device = first.device
         policy = dispatch.resolve(self._policy, device)
+        key = (direction, first.dtype, x_shape, w_shape, groups, stride, pad_begin, pad_end, dilation, device.type)
         if policy == dispatch.PYTORCH:
+            self._entries.remember(self._routes, key, (None, False), self._entries.generation)
             return reference(*call)
         entry = self.entry(direction, first.dtype, x_shape, w_shape, groups, stride, pad_begin, pad_end, dilation,
                            device.type)
         if policy == dispatch.FASTEST:
             decision = entry.decision if entry.decision is not None else self._decide(entry, call)
+            self._remember_route(key, policy)
             if decision is not None and decision.impl == dispatch.PYTORCH:
                 return reference(*call)
+        else:
+            self._remember_route(key, policy)
         return self._launch(entry, first, second)
+
+    def _remember_route(self, key: tuple, policy: str) -> None:
+        """The route of ``key`` from its current entry: ours, or PyTorch's under a ``fastest``
+        decision for it; none while undecided under ``fastest`` (the next call decides)."""
+        generation = self._entries.generation
+        entry = self._entries.get(key)
+        if entry is None:
+            return
+        if policy == dispatch.FASTEST:
+            if entry.decision is None:
+                return
+            ours = entry.decision.impl != dispatch.PYTORCH
+        else:
+            ours = True
+        self._entries.remember(self._routes, key, (entry, ours), generation)
 
     def _launch(self, entry: Entry, first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
         """Our kernel of ``entry`` on the two operands (copied to aligned channels-last if they are
