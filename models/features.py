@@ -44,9 +44,10 @@ import numpy as np
 from tiledispatch.models import analytic
 from tiledispatch.native.arch import ArchSpec, get_arch
 from tiledispatch.native.configs import KernelConfig
+from tiledispatch.native.kernels.direct_tiling import bwd_weight_tiling
 from tiledispatch.native.problem import ConvProblem, Direction, ProblemClass
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 PROBLEM_FEATURES = (
     "p_ndim", "p_batch", "p_groups", "p_in_channels", "p_out_channels", "p_c_per_group", "p_k_per_group",
@@ -83,17 +84,33 @@ HARDWARE_FEATURES = (
     "h_sms", "h_smem_per_sm_kib", "h_l2_mib", "h_bandwidth_gbs", "h_peak_tflops", "h_fma_tflops", "h_clock_mhz",
 )
 
-FEATURE_NAMES: tuple[str, ...] = PROBLEM_FEATURES + KERNEL_FEATURES + INTERACTION_FEATURES + HARDWARE_FEATURES
+#: Launch geometry (``x_grid_``/``x_launch_``), as the kernel launchers compute it (the analytic view
+#: above approximates the direct backward-weight grid as one program per tap; the launcher blocks
+#: taps by :func:`~tiledispatch.native.kernels.direct_tiling.bwd_weight_tiling`): CTAs of the main
+#: launch, waves over the SMs (plain and with the analytic occupancy) and last-wave fill, reduction
+#: elements and inner-loop steps per CTA, the fraction of the ``split_k`` splits that get work, the
+#: split-K fp32 workspace (bytes, and relative to the problem's minimum bytes), and the direct
+#: backward-weight tiling (tap block, useful fraction of the tile rows).
+LAUNCH_FEATURES = (
+    "x_grid_log_ctas", "x_grid_waves", "x_grid_last_wave_fill", "x_grid_occ_waves", "x_grid_occ_last_wave_fill",
+    "x_launch_log_reduction_per_cta", "x_launch_log_steps_per_cta", "x_launch_split_used",
+    "x_launch_log_splitk_workspace_bytes", "x_launch_splitk_workspace_ratio",
+    "x_launch_direct_tap_block", "x_launch_tile_rows_useful",
+)
+
+_V1_NAMES = PROBLEM_FEATURES + KERNEL_FEATURES + INTERACTION_FEATURES + HARDWARE_FEATURES
+FEATURE_NAMES: tuple[str, ...] = _V1_NAMES + LAUNCH_FEATURES
 
 #: Every feature set the engine has shipped, by schema version (each a subset of the next; the
 #: engine must keep making every name listed here). 0: problem sizes and kernel fields only;
-#: 1: + derived problem features, interaction and hardware groups.
+#: 1: + derived problem features, interaction and hardware groups; 2: + launch geometry.
 FEATURE_SETS: dict[int, tuple[str, ...]] = {
     0: ("p_ndim", "p_batch", "p_groups", "p_in_channels", "p_out_channels", "p_c_per_group", "p_k_per_group",
         "p_in_d", "p_in_h", "p_in_w", "p_out_d", "p_out_h", "p_out_w", "p_filter_d", "p_filter_h", "p_filter_w",
         "p_stride_d", "p_stride_h", "p_stride_w", "p_dilation_max", "p_pad_total", "p_log_flops",
         "p_gemm_m", "p_gemm_n", "p_gemm_k", *KERNEL_FEATURES),
-    1: FEATURE_NAMES,
+    1: _V1_NAMES,
+    2: FEATURE_NAMES,
 }
 
 
@@ -188,7 +205,7 @@ class FeatureEngine:
                 t["merge"], t["vec"], t["index64"], t["smem"], bm * bn // (32 * warps))
         return np.column_stack([np.asarray(c, dtype=np.float64) for c in cols])
 
-    def interaction_matrix(self, p: ConvProblem, table: ConfigTable) -> np.ndarray:
+    def interaction_matrix(self, p: ConvProblem, table: ConfigTable, breakdown: dict | None = None) -> np.ndarray:
         t = table.columns
         bm, bn, bk = t["block_m"], t["block_n"], t["block_k"]
         split, merge = t["split_k"], t["merge"]
@@ -213,7 +230,7 @@ class FeatureEngine:
         eff_m = dim_m / (_cdiv(dim_m, bm) * bm)
         eff_n = dim_n / (_cdiv(dim_n, bn) * bn)
         eff_k = dim_k / (_cdiv(dim_k, bk) * bk)
-        b = self._analytic.breakdown(p, t)
+        b = self._analytic.breakdown(p, t) if breakdown is None else breakdown
         ctas, per_sm, cta_flops = b["ctas"], b["per_sm"], b["cta_flops"]
         slots = self.spec.sms * per_sm
         waves = ctas / slots
@@ -234,9 +251,91 @@ class FeatureEngine:
                 _log(b["compute_us"]), _log(b["memory_us"]), _log(b["time_us"]), np.full(len(bm), math.log(bound_us)))
         return np.column_stack([np.asarray(c, dtype=np.float64) for c in cols])
 
+    def launch_matrix(self, p: ConvProblem, table: ConfigTable, breakdown: dict | None = None) -> np.ndarray:
+        """The launch group, in ``LAUNCH_FEATURES`` order (grids as the launchers in
+        ``native/kernels`` compute them; a family without a launcher formula here, e.g. ``tma``,
+        takes the analytic CTAs)."""
+        t = table.columns
+        n_rows = len(table)
+        bm, bn, bk = t["block_m"], t["block_n"], t["block_k"]
+        split, merge = t["split_k"], t["merge"]
+        fam = t["family"]
+        tc = (fam == analytic.FAMILY_CODES["igemm"]) | (fam == analytic.FAMILY_CODES["gmerge"]) | (
+            fam == analytic.FAMILY_CODES["gemm1x1"])
+        direct = fam == analytic.FAMILY_CODES["direct"]
+        groups, cg, kg, taps = p.groups, p.c_per_group, p.k_per_group, p.filter_taps
+        out_pos = p.batch * math.prod(p.output_size)
+        b = self._analytic.breakdown(p, t) if breakdown is None else breakdown
+        grid = np.asarray(b["ctas"], dtype=np.float64).copy()
+        reduction = np.ones(n_rows)
+        steps = np.ones(n_rows)
+        split_used = np.ones(n_rows)
+        tap_block = np.zeros(n_rows)
+        useful = np.ones(n_rows)
+        group_tiles = _cdiv(groups, merge)
+        if p.direction is Direction.BACKWARD_WEIGHT:
+            # igemm_bwd_weight.py: (m, tap × n) tiles × group blocks × splits; a split owns a
+            # contiguous range of ceil(ceil(P / BLOCK_K) / split_k) reduction blocks.
+            tiles = _cdiv(merge * kg, bm) * taps * _cdiv(merge * cg, bn)
+            n_blocks = _cdiv(out_pos, bk)
+            per_split = _cdiv(n_blocks, split)
+            grid = np.where(tc, tiles * group_tiles * split, grid)
+            reduction = np.where(tc, per_split * bk, reduction)
+            steps = np.where(tc, per_split, steps)
+            split_used = np.where(tc, _cdiv(n_blocks, per_split) / split, split_used)
+            # direct.py: (channel blocks × C/G × tap blocks, or × filter rows for tap rows) × splits.
+            lines = p.batch * math.prod(p.output_size[:-1])
+            out_w = p.output_size[-1]
+            for i in np.flatnonzero(direct):
+                config = table.configs[i]
+                tb, line_block, row_width, per_lines = bwd_weight_tiling(p, config)
+                if config.block_k > 1:
+                    axis0 = _cdiv(p.out_channels, config.block_n) * (taps // p.filter_size[-1])
+                    rows_used = line_block * row_width / config.block_m
+                    tap_block[i] = p.filter_size[-1]
+                else:
+                    axis0 = _cdiv(p.out_channels, config.block_n) * cg * _cdiv(taps, tb)
+                    rows_used = (tb * line_block * row_width / config.block_m) * taps / (_cdiv(taps, tb) * tb)
+                    tap_block[i] = tb
+                grid[i] = axis0 * config.split_k
+                reduction[i] = per_lines * out_w
+                steps[i] = _cdiv(per_lines, line_block) * _cdiv(out_w, row_width)
+                split_used[i] = _cdiv(lines, per_lines) / config.split_k
+                useful[i] = rows_used
+            workspace = np.where(split > 1, split * float(p.weight_elements) * 4.0, 0.0)
+        else:
+            fwd = p.direction is Direction.FORWARD
+            red = cg if fwd else kg
+            if fwd:
+                tc_grid = _cdiv(out_pos, bm) * _cdiv(merge * kg, bn) * group_tiles
+                d_grid = _cdiv(out_pos, bm) * _cdiv(p.out_channels, bn)
+            else:
+                per_class = p.batch * math.prod(_cdiv(i, s) for i, s in zip(p.input_size, p.stride))
+                classes = math.prod(p.stride)
+                in_pos = p.batch * math.prod(p.input_size)
+                is_1x1 = fam == analytic.FAMILY_CODES["gemm1x1"]
+                tc_grid = np.where(is_1x1, _cdiv(in_pos, bm), classes * _cdiv(per_class, bm)) * _cdiv(
+                    merge * cg, bn) * group_tiles
+                d_grid = _cdiv(per_class, bm) * _cdiv(p.in_channels, bn) * classes
+            grid = np.where(tc, tc_grid, np.where(direct, d_grid, grid))
+            k_blocks = _cdiv(merge * red, bk)
+            reduction = np.where(direct, red * taps, taps * k_blocks * bk)
+            steps = np.where(direct, red * taps, taps * k_blocks)
+            workspace = np.zeros(n_rows)
+        grid = np.maximum(grid, 1)
+        sms = self.spec.sms
+        slots = sms * b["per_sm"]
+        cols = (_log(grid), grid / sms, grid / (np.ceil(grid / sms) * sms), grid / slots,
+                grid / (np.ceil(grid / slots) * slots), _log(reduction), _log(steps), split_used,
+                np.log1p(workspace), workspace / p.min_bytes, tap_block, useful)
+        return np.column_stack([np.asarray(c, dtype=np.float64) * np.ones(n_rows) for c in cols])
+
     # ---- all ----------------------------------------------------------------------------------
-    def build(self, problem: ConvProblem, configs: Sequence[KernelConfig] | ConfigTable) -> np.ndarray:
-        """``(len(configs), len(names))`` features of ``problem`` with each config, in order."""
+    def build(self, problem: ConvProblem, configs: Sequence[KernelConfig] | ConfigTable, *,
+              launch: bool = True) -> np.ndarray:
+        """``(len(configs), len(names))`` features of ``problem`` with each config, in order.
+        ``launch=False`` leaves the launch group zero (for a model whose feature set has none of it:
+        the group costs the most to compute)."""
         table = configs if isinstance(configs, ConfigTable) else _table(tuple(configs))
         n = len(table)
         out = np.empty((n, len(self.names)), dtype=np.float64)
@@ -245,8 +344,11 @@ class FeatureEngine:
         a = len(PROBLEM_FEATURES)
         b = a + len(KERNEL_FEATURES)
         c = b + len(INTERACTION_FEATURES)
+        d = c + len(HARDWARE_FEATURES)
         out[:, :a] = self.problem_vector(problem)
         out[:, a:b] = self.kernel_matrix(table)
-        out[:, b:c] = self.interaction_matrix(problem, table)
-        out[:, c:] = self.hardware_vector(problem)
+        breakdown = self._analytic.breakdown(problem, table.columns)
+        out[:, b:c] = self.interaction_matrix(problem, table, breakdown)
+        out[:, c:d] = self.hardware_vector(problem)
+        out[:, d:] = self.launch_matrix(problem, table, breakdown) if launch else 0.0
         return out

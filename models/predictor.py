@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from tiledispatch.models.features import SCHEMA_VERSION, ConfigTable, FeatureEngine
+from tiledispatch.models.features import LAUNCH_FEATURES, SCHEMA_VERSION, ConfigTable, FeatureEngine
 from tiledispatch.models.forest import Forest, ForestError
 from tiledispatch.native.arch import get_arch
 from tiledispatch.native.configs import KernelConfig
@@ -165,6 +165,8 @@ class TrainedPredictor:
         self.ranker = ranker    # format 2: orders the candidates (None: the regressor orders)
         self.engine = engine
         self.columns = columns
+        # Whether any of the model's features is in the engine's launch group (costly to compute).
+        self.uses_launch = bool(set(self.feature_names) & set(LAUNCH_FEATURES))
         self.manifest = manifest
         # The CV efficiency of whichever model orders the candidates.
         cv = (manifest.get("ranker", {}) if ranker is not None else manifest).get("cv", {}).get("overall", {})
@@ -190,7 +192,7 @@ class TrainedPredictor:
 
     def features(self, problem: ConvProblem, configs: Sequence[KernelConfig] | ConfigTable) -> np.ndarray:
         """The model's own feature matrix (its columns, in its order)."""
-        return self.engine.build(problem, configs).take(self.columns, axis=1)
+        return self.engine.build(problem, configs, launch=self.uses_launch).take(self.columns, axis=1)
 
     def _checked_features(self, problem: ConvProblem, configs: Sequence[KernelConfig] | ConfigTable) -> np.ndarray:
         x = self.features(problem, configs)

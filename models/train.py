@@ -359,7 +359,7 @@ def train_artifact(data_dirs: Sequence[Path], direction: Direction, dtype: DType
                             f"--direction {direction.value} --dtype {dtype.value} --arch {arch} --out {out} "
                             f"--version {version}" + (f" --name {name}" if name != model_name(arch, dtype, direction)
                                                       else "")
-                            + (f" --feature-set {feature_set}" if feature_set is not None else "")
+                            + f" --feature-set {schema}"  # pinned: the engine's newest schema moves on
                             + (f" --exclude {' '.join(map(str, exclude))}" if exclude else "")
                             + (f" --rule-set {rule_set}" if rule_set else "")
                             + "".join(f" --also-dtype {d.value}" for d in also_dtypes)

@@ -136,3 +136,41 @@ def test_tma_is_igemm_plus_the_padded_input_copy():
     assert b["compute_us"][1] == b["compute_us"][0] and b["launches"].tolist() == [1, 2]
     x = engine.build(padded, [igemm, tma])
     assert np.isfinite(x).all() and x[1, engine.index["k_igemm"]] == 0 and x[0, engine.index["k_igemm"]] == 1
+
+
+# ---- launch geometry: the grid the launchers really launch ---------------------------------------
+
+class _Workspace:
+    """Stands in for the workspace tensor ``plan`` slices (only its size and views are used)."""
+
+    def numel(self) -> int:
+        return 1 << 50
+
+    def view(self, *args):
+        return self
+
+    def __getitem__(self, key):
+        return self
+
+
+def test_launch_grid_is_the_launchers_grid():
+    import math
+
+    from tiledispatch.native.launch import template_for
+
+    engine = FeatureEngine("sm_90")
+    column = engine.index["x_grid_log_ctas"]
+    rng = random.Random(5)
+    checked = 0
+    for direction in Direction:
+        pool = rule_set_configs("default", "sm_90", directions=[direction], dtypes=["bf16"])
+        for stratum in ("dense", "grouped_small", "grouped_large", "depthwise", "depthwise_multiplier"):
+            problem = sample_problem(rng, stratum, direction=direction)
+            configs = [c for c in pool if is_supported(problem, c) and c.family.value != "tma"]
+            x = engine.build(problem, configs)
+            for row, config in zip(x, configs):
+                launches = template_for(config).plan(problem, config, None, None, None, _Workspace())
+                main = [launch for launch in launches if launch.program not in ("reduce", "pack", "tap_major")]
+                assert row[column] == np.log(math.prod(main[-1].grid)), config.name
+                checked += 1
+    assert checked > 100
