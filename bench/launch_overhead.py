@@ -46,37 +46,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
+from stand_ins import stand_in_loader  # noqa: E402  (bench/, the script's own folder)
 
 from tests.kernels.cases import MODEL_CASES, model_case  # noqa: E402
 from tiledispatch.native import launch  # noqa: E402
 from tiledispatch.native.bench import git_commit  # noqa: E402
-
-
-class StandIn:
-    """A compiled binary that records its last arguments and runs nothing."""
-
-    def __init__(self):
-        self.calls = 0
-        self.last: tuple = ()
-
-    def __getitem__(self, grid):
-        return self._record
-
-    def _record(self, *args):
-        self.calls += 1
-        self.last = args
-
-
-def stand_in_loader():
-    """``loader(config) -> {program: StandIn}``, one table per kernel (as a registry loads them)."""
-    tables: dict[str, dict] = {}
-
-    def loader(config):
-        if config.name not in tables:
-            tables[config.name] = {name: StandIn() for name in launch.template_for(config).programs(config)}
-        return tables[config.name]
-
-    return loader
 
 
 def per_call_us(call, calls: int, rounds: int, warmup: int = 100) -> dict:

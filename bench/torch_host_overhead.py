@@ -39,6 +39,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from stand_ins import stand_in_loader  # bench/: on sys.path as the script's folder (and in the child)
+
 REPO = Path(__file__).resolve().parents[1]
 
 CHANNELS, KERNEL, PAD = 96, 7, 3
@@ -65,35 +67,6 @@ def per_call_us(call, calls: int, rounds: int, warmup: int = 50) -> dict:
 
 
 # ---- measurement (in whichever tree is importable) -----------------------------------------------
-class StandIn:
-    """A compiled binary that records its last arguments and runs nothing (as bench/launch_overhead.py's)."""
-
-    def __init__(self):
-        self.calls = 0
-        self.last: tuple = ()
-
-    def __getitem__(self, grid):
-        return self._record
-
-    def _record(self, *args):
-        self.calls += 1
-        self.last = args
-
-
-def stand_in_loader():
-    """``loader(config) -> {program: StandIn}``, one table per kernel (as a registry loads them)."""
-    from tiledispatch.native import launch
-
-    tables: dict[str, dict] = {}
-
-    def loader(config):
-        if config.name not in tables:
-            tables[config.name] = {name: StandIn() for name in launch.template_for(config).programs(config)}
-        return tables[config.name]
-
-    return loader
-
-
 def _setup(scenario: str):
     import torch
 
@@ -273,20 +246,21 @@ def profile_top(n: int = 25) -> list[str]:
 
 # ---- driver ------------------------------------------------------------------------------------------
 def baseline_tree(rev: str, into: Path) -> Path:
-    """tiledispatch/ and native/ as at git ``rev`` (read with ``git show``), the rest linked."""
+    """tiledispatch/, native/ and models/ (its Python files) as at git ``rev`` (read with ``git show``),
+    the rest linked (models/ too: the feature engine and the kernels' host code move together)."""
     root = into / "tree"
     package = root / "tiledispatch"
-    files = subprocess.run(["git", "ls-tree", "-r", "--name-only", rev, "tiledispatch", "native"], cwd=REPO,
-                           check=True, capture_output=True, text=True).stdout.split()
+    files = subprocess.run(["git", "ls-tree", "-r", "--name-only", rev, "tiledispatch", "native", "models"],
+                           cwd=REPO, check=True, capture_output=True, text=True).stdout.split()
     for name in files:
         if not name.endswith(".py"):
             continue
-        target = package / name if name.startswith("native/") else root / name
+        target = package / name if name.startswith(("native/", "models/")) else root / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(subprocess.run(["git", "show", f"{rev}:{name}"], cwd=REPO, check=True,
                                           capture_output=True).stdout)
-    for sub, folder in (("models", "models"), ("client", "client"), ("server", "server"),
-                        ("v1", "proto/tiledispatch/v1")):
+    (package / "models" / "artifacts").symlink_to(REPO / "models" / "artifacts")  # the shipped models
+    for sub, folder in (("client", "client"), ("server", "server"), ("v1", "proto/tiledispatch/v1")):
         link = package / sub
         if not link.exists():
             link.symlink_to(REPO / folder)
