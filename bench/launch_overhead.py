@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 from dataclasses import replace
@@ -46,24 +45,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
-from stand_ins import stand_in_loader  # noqa: E402  (bench/, the script's own folder)
+from host_timing import cpu_model, per_call_us, stand_in_loader  # noqa: E402  (bench/, the script's own folder)
 
 from tests.kernels.cases import MODEL_CASES, model_case  # noqa: E402
 from tiledispatch.native import launch  # noqa: E402
 from tiledispatch.native.bench import git_commit  # noqa: E402
-
-
-def per_call_us(call, calls: int, rounds: int, warmup: int = 100) -> dict:
-    """Median and minimum µs per call over ``rounds`` rounds of ``calls`` calls."""
-    for _ in range(warmup):
-        call()
-    samples = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
-            call()
-        samples.append(1e6 * (time.perf_counter() - start) / calls)
-    return {"median_us": statistics.median(samples), "min_us": min(samples)}
 
 
 # ---- native.launch.run ---------------------------------------------------------------------------
@@ -174,19 +160,9 @@ def module_section(args) -> list[dict]:
 
 def machine() -> dict:
     """The machine, as bench/fleet_perf.py names it (other work on it raises every figure)."""
-    return {"cpu": _cpu_model(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
+    return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
             "platform": platform.platform(), "torch": torch.__version__, "gpu": "none (stand-in binaries)",
             "load_average_1m_before": os.getloadavg()[0]}
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main(argv: list[str] | None = None) -> int:

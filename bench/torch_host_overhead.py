@@ -39,7 +39,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from stand_ins import stand_in_loader  # bench/: on sys.path as the script's folder (and in the child)
+from host_timing import (  # bench/: on sys.path as the script's folder (and in the child)
+    cpu_model,
+    per_call_us,
+    stand_in_loader,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -52,18 +56,6 @@ SCENARIOS = {
     "split": ({"fwd": "pytorch", "bwd_data": "ours", "bwd_weight": "pytorch"}, TINY, True),
     "pytorch": ({"fwd": "pytorch", "bwd_data": "pytorch", "bwd_weight": "pytorch"}, TINY, True),
 }
-
-
-def per_call_us(call, calls: int, rounds: int, warmup: int = 50) -> dict:
-    for _ in range(warmup):
-        call()
-    samples = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
-            call()
-        samples.append(1e6 * (time.perf_counter() - start) / calls)
-    return {"min_us": min(samples), "median_us": statistics.median(samples)}
 
 
 # ---- measurement (in whichever tree is importable) -----------------------------------------------
@@ -313,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "torch_host_overhead", "git_commit": git_commit(), "working_tree": "uncommitted changes "
         "measured as 'after'" if before else "working tree",
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"description": f"this {os.cpu_count()}-core CPU machine, no GPU", "cpu": _cpu_model(),
+        "machine": {"description": f"this {os.cpu_count()}-core CPU machine, no GPU", "cpu": cpu_model(),
                     "cpu_count": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
                     "load_average_1m_before": os.getloadavg()[0]},
         "stubbed": ["Triton kernel launches: compiled backend pointed at CPU tensors, stand-in binaries that "
@@ -346,16 +338,6 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
         print(f"wrote {args.out}")
     return 0
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":
