@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 
 from tiledispatch.models import metrics
-from tiledispatch.models.dataset import ProblemRows, problem_rows, read_rows, rule_set_kernels
+from tiledispatch.models.dataset import ProblemRows, problem_rows, read_rows
 from tiledispatch.models.predictor import load, rank
 from tiledispatch.native.problem import Direction, DType
-from tiledispatch.native.rules import RULE_SETS
+from tiledispatch.native.rules import RULE_SETS, rule_set_names
 
 SEED = 20261122
 RESAMPLES = 10_000
@@ -79,7 +79,7 @@ def compare(data_dirs: Sequence[Path], model_folders: Sequence[Path], direction:
             raise ValueError(f"compare: {folder} is not a {direction.value}/{dtype.value} model")
     frame, _ = read_rows(data_dirs)
     problems = problem_rows(frame, direction=direction.value, dtype=dtype.value,
-                            kernels=rule_set_kernels(rule_set, models[0].arch) if rule_set else None)
+                            kernels=rule_set_names(rule_set, models[0].arch) if rule_set else None)
     if not problems:
         raise ValueError(f"compare: no {direction.value}/{dtype.value} problems in {list(map(str, data_dirs))}")
     selectors: dict[str, list[metrics.Pick]] = {}

@@ -113,19 +113,12 @@ def _time(graph_us: float, event_median_us: float) -> float:
     return graph if graph == graph and graph > 0 else float(event_median_us)
 
 
-def rule_set_kernels(rule_set: str, arch: str = "sm_90") -> frozenset[str]:
-    """Names of the kernels of ``rule_set`` (``native.rules``) for ``arch``: a ``kernels`` filter."""
-    from tiledispatch.native.rules import rule_set_configs
-
-    return frozenset(c.name for c in rule_set_configs(rule_set, arch))
-
-
 def problem_rows(frame: Any, *, direction: str | None = None, dtype: str | None = None,
                  include_pruned: bool = False, kernels: frozenset[str] | None = None) -> list[ProblemRows]:
     """Group rows by problem (sorted by key, configs by name: a deterministic order). A problem's
     rows are read in frame order: a kernel's later ``ok`` row replaces an earlier one, a pruned row
     never replaces one already read; the last ``ok`` cuDNN row of each kind counts. ``kernels``
-    (e.g. ``rule_set_kernels("default")``) keeps only those kernels' rows (cuDNN rows stay): data
+    (e.g. ``native.rules.rule_set_names("default")``) keeps only those kernels' rows (cuDNN rows stay): data
     measured with a registry that held more than the rule set is read as that rule set's."""
     from types import SimpleNamespace
 

@@ -69,13 +69,12 @@ from tiledispatch.models.dataset import (
     manifest_summary,
     problem_rows,
     read_rows,
-    rule_set_kernels,
 )
 from tiledispatch.models.features import FEATURE_SETS, FeatureEngine
 from tiledispatch.models.predictor import RANKER_FILE, REGRESSOR_FILE
 from tiledispatch.native.arch import get_arch
 from tiledispatch.native.problem import Direction, DType
-from tiledispatch.native.rules import RULE_SETS
+from tiledispatch.native.rules import RULE_SETS, rule_set_names
 
 TARGET = "log_us"
 
@@ -300,7 +299,7 @@ def train_artifact(data_dirs: Sequence[Path], direction: Direction, dtype: DType
     tile, not its dtype, and bf16 and fp16 share the tensor-core and memory rates: an fp16 model can
     learn from bf16 measurements of the same kernels' twins)."""
     frame, manifests = read_rows(data_dirs)
-    kernels = rule_set_kernels(rule_set, arch) if rule_set else None
+    kernels = rule_set_names(rule_set, arch) if rule_set else None
     problems = [pr for d in (dtype, *[x for x in also_dtypes if x is not dtype])
                 for pr in problem_rows(frame, direction=direction.value, dtype=d.value,
                                        include_pruned=settings.include_pruned, kernels=kernels)]

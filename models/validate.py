@@ -40,12 +40,12 @@ import numpy as np
 
 from tiledispatch.models import metrics
 from tiledispatch.models.analytic import AnalyticPredictor
-from tiledispatch.models.dataset import ProblemRows, manifest_summary, problem_rows, read_rows, rule_set_kernels
+from tiledispatch.models.dataset import ProblemRows, manifest_summary, problem_rows, read_rows
 from tiledispatch.models.predictor import newest_covering, rank
 from tiledispatch.native.arch import get_arch
 from tiledispatch.native.bench import PRUNE_FACTOR
 from tiledispatch.native.problem import Direction, DType
-from tiledispatch.native.rules import RULE_SETS
+from tiledispatch.native.rules import RULE_SETS, rule_set_names
 
 #: Heuristic time within this factor of the autotuned time counts as "picked the best".
 CUDNN_TOP1_TOLERANCE = 1.01
@@ -296,7 +296,7 @@ def run(data_dirs: Sequence[Path], models_dir: Path | None, dtype: DType, out: P
         rule_set: str | None = None) -> dict[str, Any]:
     """``rule_set``: score on that rule set's kernels only (the candidates and the oracle)."""
     frame, manifests = read_rows(data_dirs)
-    kernels = rule_set_kernels(rule_set, arch) if rule_set else None
+    kernels = rule_set_names(rule_set, arch) if rule_set else None
     spec = get_arch(arch)
     models = load_models(models_dir, model_folders)
     analytic = AnalyticPredictor(spec)

@@ -480,11 +480,11 @@ def select_configs(problem: ConvProblem, registry: Any, settings: BenchSettings,
     GPU tests compiled into a shared cache); those are never measured under the rule set's name."""
     import random
 
-    from tiledispatch.native.rules import rule_set_configs
+    from tiledispatch.native.rules import rule_set_names
     from tiledispatch.native.support import is_supported
 
     excluded = set(exclude)
-    in_rule_set = {c.name for c in rule_set_configs(settings.rule_set, settings.arch)}
+    in_rule_set = rule_set_names(settings.rule_set, settings.arch)
     configs = [c for c in registry.configs
                if c.name in in_rule_set and c.name not in excluded and is_supported(problem, c)]
     if settings.max_kernels and len(configs) > settings.max_kernels:
@@ -693,10 +693,11 @@ def run_sweep(problems: list[ConvProblem], settings: BenchSettings, out_dir: Pat
             raise ValueError("complete: a completion sweep measures every missing kernel and no cuDNN "
                              "(needs include_cudnn=False and max_kernels=0)")
         measured = measured_kernels([*completes, out])
-        skip = {key: measured[key] for key in missing_kernels(problems, settings, measured)}
+        missing = missing_kernels(problems, settings, measured)
+        skip = {key: measured[key] for key in missing}
         todo = [p for p in problems if p.key in skip]
         log(f"bench: completing {len(todo)} of {len(problems)} problems "
-            f"({sum(len(v) for v in missing_kernels(todo, settings, measured).values())} kernels)")
+            f"({sum(len(v) for v in missing.values())} kernels)")
     else:
         done = done_problem_keys(out)
         skip = {}

@@ -243,3 +243,14 @@ def rule_set_configs(rule_set: str, arch: str = "sm_90", *, directions: Iterable
     for direction, dtype, ndim in itertools.product(chosen_directions, chosen_dtypes, ndims):
         out.extend(_generate(rule_set, direction, dtype, ndim, spec.name))
     return out
+
+
+def rule_set_names(rule_set: str, arch: str = "sm_90") -> frozenset[str]:
+    """Names of every kernel of ``rule_set`` for ``arch`` (computed once per rule set and arch): what a
+    benchmark measures and what data read as that rule set keeps."""
+    return _names(rule_set, get_arch(arch).name)
+
+
+@cache
+def _names(rule_set: str, arch_name: str) -> frozenset[str]:
+    return frozenset(c.name for c in rule_set_configs(rule_set, arch_name))

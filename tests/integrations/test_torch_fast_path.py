@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.integrations.test_torch_dispatch import OursSpy
+from tests.integrations.test_torch_dispatch import OursSpy, _train_step
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
@@ -20,14 +20,6 @@ def _conv(stride=1):
 
     torch.manual_seed(0)
     return TileConv2d(4, 6, 3, stride=stride, padding=1, groups=2, bias=False)
-
-
-def _step(conv, x):
-    x = x.clone().requires_grad_()
-    conv.zero_grad()
-    y = conv(x)
-    y.square().sum().backward()
-    return y, x.grad, conv.weight.grad
 
 
 @pytest.fixture
@@ -49,7 +41,7 @@ def spied(runtime_factory, monkeypatch):
 def test_steady_state_reuses_the_route_without_selection(spied, monkeypatch):
     runtime, ours, full = spied
     conv, x = _conv(), torch.randn(2, 4, 5, 5)
-    _step(conv, x)
+    _train_step(conv, x)
     assert sorted(full) == ["bwd_data", "bwd_weight", "fwd"] and len(runtime._routes) == 3
     routed = {key: route[0] for key, route in runtime._routes.items()}
     assert all(runtime._entries[key] is entry for key, entry in routed.items())
@@ -61,7 +53,7 @@ def test_steady_state_reuses_the_route_without_selection(spied, monkeypatch):
         raise AssertionError("entry() called on the fast path")
 
     monkeypatch.setattr(runtime, "entry", no_selection)
-    _step(conv, x)
+    _train_step(conv, x)
     assert full == [] and ours.calls == 3
     assert runtime.selector.stats.cached == cached + 3  # still counted as selection cache hits
 
@@ -70,7 +62,7 @@ def test_steady_state_reuses_the_route_without_selection(spied, monkeypatch):
 def test_a_changed_shape_stride_or_dtype_misses_the_fast_path(spied, change):
     runtime, ours, full = spied
     conv, x = _conv(), torch.randn(2, 4, 5, 5)
-    _step(conv, x)
+    _train_step(conv, x)
     full.clear()
     if change == "batch":
         x = torch.randn(3, 4, 5, 5)
@@ -80,11 +72,11 @@ def test_a_changed_shape_stride_or_dtype_misses_the_fast_path(spied, change):
         conv = _conv(stride=2)
     else:
         conv, x = conv.half(), x.half()
-    _step(conv, x)
+    _train_step(conv, x)
     assert sorted(full) == ["bwd_data", "bwd_weight", "fwd"]  # each direction through full selection
     assert len(runtime._routes) == 6 and len(runtime.entries()) == 6
     full.clear()
-    _step(conv, x)
+    _train_step(conv, x)
     assert full == []
 
 
@@ -96,7 +88,7 @@ def test_routes_follow_the_entries_and_the_policy(runtime_factory, monkeypatch):
     ours = OursSpy()
     monkeypatch.setattr(runtime, "_launch", ours)
     conv, x = _conv(), torch.randn(2, 4, 5, 5)
-    _step(conv, x)  # decided: PyTorch everywhere
+    _train_step(conv, x)  # decided: PyTorch everywhere
     assert {route[1] for route in runtime._routes.values()} == {False}
     assert type(conv(x.clone().requires_grad_()).grad_fn).__name__ == "ConvolutionBackward0"
     key = next(k for k, e in runtime._entries.items() if e.problem.direction.value == "bwd_data")
@@ -112,10 +104,10 @@ def test_routes_follow_the_entries_and_the_policy(runtime_factory, monkeypatch):
     runtime.policy = "pytorch"
     assert not runtime._routes and not runtime._serves
     ours.calls = 0
-    _step(conv, x)
+    _train_step(conv, x)
     assert ours.calls == 0 and all(route == (None, False) for route in runtime._routes.values())
     runtime.policy = "ours"
-    _step(conv, x)
+    _train_step(conv, x)
     assert ours.calls == 3 and {route[1] for route in runtime._routes.values()} == {True}
     assert sorted(e.decision.impl for e in runtime.entries()) == [OURS, PYTORCH, PYTORCH]  # decisions are kept
     runtime.clear()
@@ -125,13 +117,13 @@ def test_routes_follow_the_entries_and_the_policy(runtime_factory, monkeypatch):
 def test_fast_path_results_equal_the_full_path(spied):
     runtime, ours, full = spied
     conv, x = _conv(), torch.randn(2, 4, 5, 5)
-    first = _step(conv, x)
+    first = _train_step(conv, x)
     assert full
     full.clear()
-    fast = _step(conv, x)
+    fast = _train_step(conv, x)
     assert full == []
     runtime._entries.forget()  # no routes: the full path again
-    slow = _step(conv, x)
+    slow = _train_step(conv, x)
     assert sorted(full) == ["bwd_data", "bwd_weight", "fwd"]
     for a, b, c in zip(first, fast, slow):
         assert torch.equal(a, b) and torch.equal(b, c)

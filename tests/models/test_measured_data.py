@@ -135,10 +135,11 @@ def test_multi_gpu_session_folders_are_their_gpus_shards(folder):
 def test_rule_set_filter_reads_only_that_rule_sets_kernels_and_keeps_cudnn():
     """h200_s3 timed 45 kernels that are not in `default`; read as `default`, they are gone (from the
     candidates and the oracle), every problem keeps its cuDNN times."""
-    from tiledispatch.models.dataset import problem_rows, read_rows, rule_set_kernels
+    from tiledispatch.models.dataset import problem_rows, read_rows
+    from tiledispatch.native.rules import rule_set_names
 
     frame, _ = read_rows([MEASURED / "h200_s3" / "validation_fwd"])
-    default = rule_set_kernels("default")
+    default = rule_set_names("default")
     everything = {pr.problem.key: pr for pr in problem_rows(frame, direction="fwd")}
     filtered = {pr.problem.key: pr for pr in problem_rows(frame, direction="fwd", kernels=default)}
     foreign = {c.name for pr in everything.values() for c in pr.configs} - default
