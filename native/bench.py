@@ -69,6 +69,7 @@ class BenchSettings:
     max_kernels: int = 0              # 0: all applicable; >0: a seeded sample (training sweeps)
     seed: int = 0
     event_timing: bool = True         # False: graph replay only (event columns keep the 3-call estimate)
+    families: tuple[str, ...] = ()    # measure only these kernel families (empty: every family)
 
 
 @dataclass(frozen=True)
@@ -474,6 +475,10 @@ def _in_fresh_thread(fn):
     return result[0]
 
 
+def _in_families(config: Any, settings: BenchSettings) -> bool:
+    return not settings.families or config.family.value in settings.families
+
+
 def select_configs(problem: ConvProblem, registry: Any, settings: BenchSettings, exclude: Iterable[str] = ()) -> list:
     """The registry's kernels of ``settings.rule_set`` that support ``problem`` (a seeded sample of
     ``max_kernels`` when set). A registry folder may hold more than the rule set (e.g. kernels that
@@ -486,7 +491,8 @@ def select_configs(problem: ConvProblem, registry: Any, settings: BenchSettings,
     excluded = set(exclude)
     in_rule_set = rule_set_names(settings.rule_set, settings.arch)
     configs = [c for c in registry.configs
-               if c.name in in_rule_set and c.name not in excluded and is_supported(problem, c)]
+               if c.name in in_rule_set and c.name not in excluded and _in_families(c, settings)
+               and is_supported(problem, c)]
     if settings.max_kernels and len(configs) > settings.max_kernels:
         rng = random.Random(f"{settings.seed}|{problem.key}")
         configs = sorted(rng.sample(configs, settings.max_kernels), key=lambda c: c.name)
@@ -650,7 +656,8 @@ def missing_kernels(problems: list[ConvProblem], settings: BenchSettings, measur
     out: dict[str, list[str]] = {}
     for problem in problems:
         if problem.key in measured:
-            missing = [c.name for c in configs if c.name not in measured[problem.key] and is_supported(problem, c)]
+            missing = [c.name for c in configs if c.name not in measured[problem.key] and _in_families(c, settings)
+                       and is_supported(problem, c)]
             if missing:
                 out[problem.key] = missing
     return out

@@ -149,7 +149,13 @@ def bench_main(argv: list[str]) -> int:
                         help="completion sweep: for the problems measured in these folders, measure only the "
                              "applicable kernels they lack (added to the rule set since), without cuDNN, into "
                              "--out (a folder of its own)")
+    parser.add_argument("--families", default="", metavar="F1,F2",
+                        help="measure only these kernel families (e.g. dwroll: a completion sweep of a new family)")
     args = parser.parse_args(argv)
+    families = tuple(_csv(args.families) or ())
+    unknown = sorted(set(families) - {f.value for f in Family})
+    if unknown:
+        parser.error(f"--families: unknown {unknown}; families: {[f.value for f in Family]}")
     if args.complete and (args.max_kernels or args.oracle_only):
         parser.error("--complete measures every missing kernel fully: drop --max-kernels and --oracle-only")
     directions = [Direction.parse(d).value for d in _csv(args.direction) or []]
@@ -165,7 +171,7 @@ def bench_main(argv: list[str]) -> int:
     problems = problems[index::count]
     settings = BenchSettings(cache_dir=str(args.cache_dir), arch=args.arch, rule_set=args.rule_set,
                              oracle_only=args.oracle_only, include_cudnn=not (args.no_cudnn or args.complete),
-                             max_kernels=args.max_kernels, seed=args.seed,
+                             max_kernels=args.max_kernels, seed=args.seed, families=families,
                              **(dict(event_timing=False, budget_us=5_000.0, graph_replays=3) if args.training else {}))
     # SIGTERM (e.g. `timeout` ending a sitting) unwinds like an exception, so the sweep's `finally`
     # writes the rows measured since the last shard instead of losing them.

@@ -25,6 +25,9 @@ direct     CUDA-core FMA (depthwise and small C/G),         positions × channel
 tma        stride-1 implicit GEMM over a zero-padded copy   padded positions × GEMM N × channels per
            of the activations: every operand tile is one    tap step (forward and backward-data)
            rectangular TMA box, no per-element addressing
+dwroll     depthwise CUDA-core FMA rolling down the rows:   output columns × channels × filter height
+           each input row is read once and serves every     (exact; backward-weight: also the most
+           filter row from registers                        filter columns)
 =========  ===============================================  =========================================
 
 ``split_k`` (backward-weight only) splits the reduction over N·prod(out) into that many parts
@@ -41,6 +44,9 @@ from enum import Enum
 
 from tiledispatch.native.problem import Direction, DType
 
+#: Tallest filter a dwroll kernel unrolls (one fp32 accumulator tile per filter row).
+MAX_DWROLL_FILTER_HEIGHT = 7
+
 
 class ConfigError(ValueError):
     """A kernel config or name is malformed; the message names the field."""
@@ -52,10 +58,11 @@ class Family(str, Enum):
     GEMM1X1 = "gemm1x1"
     DIRECT = "direct"
     TMA = "tma"
+    DWROLL = "dwroll"
 
     @property
     def uses_tensor_cores(self) -> bool:
-        return self is not Family.DIRECT
+        return self not in (Family.DIRECT, Family.DWROLL)
 
     @property
     def directions(self) -> tuple[Direction, ...]:
@@ -99,7 +106,10 @@ class KernelConfig:
                                   f"got {getattr(self, name)!r}") from None
         if self.ndim not in (2, 3):
             raise ConfigError(f"ndim: must be 2 or 3, got {self.ndim}")
-        for name in ("block_m", "block_n", "block_k", "num_warps", "group_m", "split_k", "merge"):
+        powers = ("block_m", "block_n", "num_warps", "group_m", "split_k", "merge")
+        if self.family is not Family.DWROLL:  # dwroll's block_k is a filter height (3, 5, 7)
+            powers += ("block_k",)
+        for name in powers:
             value = getattr(self, name)
             if value < 1 or value & (value - 1):
                 raise ConfigError(f"{name}: must be a power of two >= 1, got {value}")
@@ -119,7 +129,14 @@ class KernelConfig:
                 raise ConfigError("vec/index64: tma kernels need 16-byte-aligned channel runs (v8) and 32-bit indices")
             if self.dtype is DType.FP32:
                 raise ConfigError("dtype: tma kernels are bf16/fp16 (fp32 runs on the exact igemm dots)")
-        if self.family.uses_tensor_cores:
+        if self.family is Family.DWROLL:
+            if self.vec != 8 or self.num_stages != 1 or self.group_m != 1:
+                raise ConfigError("vec/num_stages/group_m: dwroll kernels use vec=8 (16-byte channel runs), "
+                                  "num_stages=1, group_m=1")
+            if not 1 <= self.block_k <= MAX_DWROLL_FILTER_HEIGHT:
+                raise ConfigError(f"block_k: a dwroll kernel's filter height must be 1..{MAX_DWROLL_FILTER_HEIGHT}, "
+                                  f"got {self.block_k}")
+        elif self.family.uses_tensor_cores:
             if self.block_k < 16 or self.block_m < 16 or self.block_n < 16:
                 raise ConfigError("block_m/block_n/block_k: tensor-core tiles need every side >= 16")
         else:

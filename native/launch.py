@@ -75,6 +75,7 @@ def templates() -> dict[tuple[Direction, Family], KernelTemplate]:
     global _TEMPLATES
     if _TEMPLATES is None:
         from tiledispatch.native.kernels.direct import DirectBackwardData, DirectBackwardWeight, DirectForward
+        from tiledispatch.native.kernels.dwroll import DwrollBackwardWeight, DwrollData
         from tiledispatch.native.kernels.igemm_bwd_data import IgemmBackwardData
         from tiledispatch.native.kernels.igemm_bwd_weight import IgemmBackwardWeight
         from tiledispatch.native.kernels.igemm_fwd import IgemmForward
@@ -83,7 +84,8 @@ def templates() -> dict[tuple[Direction, Family], KernelTemplate]:
         table: dict[tuple[Direction, Family], KernelTemplate] = {}
         for template in (IgemmForward(), IgemmBackwardData(), IgemmBackwardWeight(), DirectForward(),
                          DirectBackwardData(), DirectBackwardWeight(),
-                         TmaConvolution(Direction.FORWARD), TmaConvolution(Direction.BACKWARD_DATA)):
+                         TmaConvolution(Direction.FORWARD), TmaConvolution(Direction.BACKWARD_DATA),
+                         DwrollData(Direction.FORWARD), DwrollData(Direction.BACKWARD_DATA), DwrollBackwardWeight()):
             for family in template.families:
                 table[(template.direction, family)] = template
         _TEMPLATES = table

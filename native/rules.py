@@ -43,6 +43,15 @@ _DIRECT_WARPS = (1, 2, 4, 8)
 _DIRECT_TAPS_W = (1, 4, 8)
 #: Direct kernels keep block_m*block_n/threads values live per operand; past this they spill.
 MAX_DIRECT_ELEMENTS_PER_THREAD = 64
+_DWROLL_BLOCK_W = (8, 16, 32, 64)
+_DWROLL_BLOCK_N = (16, 32, 64, 128)
+#: Filter heights dwroll kernels are generated for (the depthwise filters networks use).
+_DWROLL_FILTER_HEIGHTS = (3, 5, 7)
+#: fp32 values a dwroll thread keeps live (accumulators, the backward-weight dY window and the
+#: current input tile, each ``elements`` per thread): past these ptxas spills (sm_90, triton 3.6,
+#: checked for every tile of ``full`` with F = 3, 5, 7; at the limits 217-250 registers).
+MAX_DWROLL_DATA_VALUES = 128
+MAX_DWROLL_WEIGHT_VALUES = 160
 
 
 def _tensor_core_ok(config: KernelConfig, arch: ArchSpec) -> bool:
@@ -77,6 +86,12 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
             for bm, bn, bk, warps, stages, gm in itertools.product(*domains):
                 yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, stages, gm, 1, 1, 8, False)
             continue
+        if family is Family.DWROLL:
+            domains = (_DWROLL_BLOCK_W, _DWROLL_BLOCK_N, _DWROLL_FILTER_HEIGHTS, _DIRECT_WARPS,
+                       (1, *_SPLIT_K[3:]) if bwd_weight else (1,), (False, True))
+            for bw, bn, fh, warps, sk, i64 in itertools.product(*domains):
+                yield KernelConfig(direction, dtype, ndim, family, bw, bn, fh, warps, 1, 1, sk, 1, 8, i64)
+            continue
         if family is Family.DIRECT:
             domains = (_DIRECT_BLOCK_M, _DIRECT_BLOCK_N, _DIRECT_TAPS_W, _DIRECT_WARPS,
                        _SPLIT_K if bwd_weight else (1,), (1, 8), (False, True))
@@ -97,7 +112,20 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
             yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, stages, gm, sk, mg, vec, i64)
 
 
+def _dwroll_ok(config: KernelConfig) -> bool:
+    """Every thread holds at least two elements of a tile (smaller tiles replicate threads), and its
+    live fp32 values fit: F_H accumulators + the input tile (forward / backward-data), F_H² + F_H + 1
+    tiles (backward-weight)."""
+    per_thread = config.block_m * config.block_n // (32 * config.num_warps)
+    height = config.block_k
+    if config.direction is Direction.BACKWARD_WEIGHT:
+        return per_thread >= 2 and (height * height + height + 1) * per_thread <= MAX_DWROLL_WEIGHT_VALUES
+    return per_thread >= 2 and (height + 1) * per_thread <= MAX_DWROLL_DATA_VALUES
+
+
 def _full_rule(config: KernelConfig, arch: ArchSpec) -> bool:
+    if config.family is Family.DWROLL:
+        return _dwroll_ok(config)
     return _tensor_core_ok(config, arch) if config.family.uses_tensor_cores else _direct_ok(config)
 
 
@@ -112,9 +140,29 @@ TMA_MEASURED_TILES = frozenset({
 })
 
 
+#: dwroll (block_w, block_n, warps) in ``default`` by filter height: forward / backward-data keep 8-16
+#: elements per thread (72-245 registers, spill-free); backward-weight 8 (F = 3), 4 (F = 5), 2 (F = 7),
+#: since it holds F_H² accumulator tiles (137 / 104-160 / 161 registers). sm_90 build of triton 3.6.
+DWROLL_DATA_TILES = {3: ((8, 64, 2), (16, 64, 4), (32, 64, 4), (32, 32, 4), (64, 32, 4), (16, 128, 4)),
+                     5: ((8, 64, 2), (16, 64, 4), (32, 64, 4), (32, 32, 4), (64, 32, 4), (16, 128, 4)),
+                     7: ((8, 64, 2), (16, 64, 4), (32, 64, 4), (32, 32, 4), (64, 32, 4), (32, 64, 8))}
+DWROLL_WEIGHT_TILES = {3: ((8, 64, 2), (16, 64, 4), (16, 32, 2), (32, 32, 4), (32, 64, 8)),
+                       5: ((8, 16, 1), (16, 16, 2), (16, 32, 4), (32, 16, 4)),
+                       7: ((8, 16, 2), (16, 16, 4), (32, 16, 8))}
+
+
 def _default_rule(config: KernelConfig) -> bool:
     """The registry shipped and measured by default: a few hundred kernels per (direction, dtype)."""
     c = config
+    if c.family is Family.DWROLL:
+        if c.index64 or c.dtype is DType.FP32 or (c.ndim == 3 and c.block_k != 3):
+            return False  # 3D: the 3x3x3 filters video networks use
+        tile = (c.block_m, c.block_n, c.num_warps)
+        if c.direction is Direction.BACKWARD_WEIGHT:
+            if c.split_k == 1:  # one program per channel block and depth tap: the unsplit path, for CI's compile check
+                return tile == (16, 64, 4) and c.block_k == 3
+            return tile in DWROLL_WEIGHT_TILES[c.block_k] and c.split_k in (16, 64)
+        return tile in DWROLL_DATA_TILES[c.block_k]
     if c.family is Family.DIRECT and c.block_k > 1:
         # Depthwise tap rows, 16-byte channel vectors; tiles spill-free on sm_90 (ptxas of triton 3.6).
         if c.num_warps != 4 or c.vec != 8 or c.index64 or c.dtype is DType.FP32:
@@ -207,6 +255,8 @@ def _tiny_rule(config: KernelConfig) -> bool:
     c = config
     if c.dtype is not DType.BF16 or c.index64:
         return False
+    if c.family is Family.DWROLL:
+        return (c.block_m, c.block_n, c.block_k) == (16, 64, 3) and c.split_k in (1, 16)
     if c.family is Family.DIRECT:  # (+ one depthwise tap-row instance per direction: cheap binaries)
         if c.block_k > 1:
             tap_rows = (32, 32) if c.direction is Direction.BACKWARD_WEIGHT else (64, 32)

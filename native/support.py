@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.kernels.tma_geometry import TmaGeometry
-from tiledispatch.native.problem import INT32_INDEX_LIMIT, ConvProblem
+from tiledispatch.native.problem import INT32_INDEX_LIMIT, ConvProblem, Direction
 
 #: gmerge and direct target small groups; larger groups waste a merged tile or CUDA-core FMAs.
 GMERGE_MAX_CHANNELS_PER_GROUP = 32
@@ -39,7 +39,7 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
         largest = max(problem.input_elements, problem.weight_elements, problem.output_elements)
         return Support(False, f"input/weight/output: a tensor has {largest} elements (> 2^31-1); "
                               "needs a 64-bit-indexed kernel (i64)")
-    if config.family is Family.DIRECT and config.index64:
+    if config.family in (Family.DIRECT, Family.DWROLL) and config.index64:
         # Direct kernels keep per-row arithmetic in 32 bits; only element offsets are 64-bit.
         largest_dim = max(problem.batch, problem.in_channels, problem.out_channels, *problem.input_size,
                           *problem.output_size)
@@ -48,7 +48,7 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
                                   "beyond the direct kernels' 32-bit row arithmetic")
     cg, kg = problem.c_per_group, problem.k_per_group
     if config.vec == 8:
-        if config.family is Family.DIRECT:
+        if config.family in (Family.DIRECT, Family.DWROLL):
             if problem.in_channels % 8 or problem.out_channels % 8:
                 return Support(False, f"in_channels/out_channels: {problem.in_channels}/{problem.out_channels} "
                                       "not divisible by 8 (kernel needs v8 alignment)")
@@ -85,17 +85,42 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
         if problem.filter_size[-1] > config.block_k:
             return Support(False, f"filter_size: direct block_k {config.block_k} unrolls at most {config.block_k} "
                                   f"filter columns, got {problem.filter_size[-1]}")
+    if config.family is Family.DWROLL:
+        refusal = _dwroll_refusal(problem, config)
+        if refusal:
+            return Support(False, refusal)
     if config.family is Family.TMA:
         refusal = _tma_refusal(problem, config)
         if refusal:
             return Support(False, refusal)
-    if config.split_k > 1:
+    if config.split_k > 1 and config.family is not Family.DWROLL:  # dwroll's empty splits write zeros
         reduction = problem.batch * math.prod(problem.output_size)
         step = config.block_m if config.family is Family.DIRECT else config.block_k
         if -(-reduction // step) < config.split_k:  # every split must own at least one step
             return Support(False, f"batch/output size: reduction of {reduction} positions is too short for "
                                   f"split_k={config.split_k} steps of {step}")
     return _YES
+
+
+def _dwroll_refusal(problem: ConvProblem, config: KernelConfig) -> str:
+    """Why a ``dwroll`` kernel cannot run the problem ('' when it can): depthwise, rows walked with
+    stride 1 and dilation 1 (backward-data: every stride 1), the filter height the kernel unrolls."""
+    if problem.c_per_group != 1 or problem.k_per_group != 1:
+        return (f"in_channels/out_channels: dwroll kernels are for depthwise problems (C/G = K/G = 1), got "
+                f"{problem.c_per_group}/{problem.k_per_group}")
+    if problem.stride[-2] != 1 or problem.dilation[-2] != 1:
+        return (f"stride/dilation: dwroll kernels walk the rows with stride 1 and dilation 1, got stride "
+                f"{list(problem.stride)}, dilation {list(problem.dilation)}")
+    if problem.direction is Direction.BACKWARD_DATA and any(s != 1 for s in problem.stride):
+        return f"stride: backward-data dwroll kernels need stride 1, got {list(problem.stride)}"
+    filter_h, filter_w = problem.filter_size[-2:]
+    if filter_h != config.block_k or filter_w > config.block_k:
+        return (f"filter_size: dwroll block_k {config.block_k} runs filters {config.block_k} high and at most "
+                f"{config.block_k} wide, got {list(problem.filter_size)}")
+    widest = max(problem.input_size[-1], problem.output_size[-1]) * problem.in_channels
+    if widest > INT32_INDEX_LIMIT:
+        return f"input_size/in_channels: one row of {widest} elements exceeds 2^31-1 (dwroll row offsets are 32-bit)"
+    return ""
 
 
 def _tma_refusal(problem: ConvProblem, config: KernelConfig) -> str:

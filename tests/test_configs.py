@@ -15,7 +15,7 @@ from tiledispatch.native.rules import rule_set_configs
 
 # The grammar, written out independently of configs._NAME_RE.
 GRAMMAR = re.compile(
-    r"gconv_(fwd|bwd_data|bwd_weight)_(bf16|fp16|fp32)_([23])d_(igemm|gmerge|gemm1x1|direct|tma)"
+    r"gconv_(fwd|bwd_data|bwd_weight)_(bf16|fp16|fp32)_([23])d_(igemm|gmerge|gemm1x1|direct|tma|dwroll)"
     r"_([1-9][0-9]*)x([1-9][0-9]*)x([1-9][0-9]*)_w([1-9][0-9]*)_s([1-9][0-9]*)_gm([1-9][0-9]*)"
     r"_sk([1-9][0-9]*)_mg([1-9][0-9]*)_v(1|8)_i(32|64)"
 )
@@ -235,5 +235,20 @@ def test_resource_estimates():
     eight = dataclasses.replace(config, num_warps=8)
     assert eight.accumulator_registers == 32
     assert KernelConfig(**direct()).smem_bytes_estimate == 0
-    assert not Family.DIRECT.uses_tensor_cores
-    assert all(f.uses_tensor_cores for f in Family if f is not Family.DIRECT)
+    assert not Family.DIRECT.uses_tensor_cores and not Family.DWROLL.uses_tensor_cores
+    assert all(f.uses_tensor_cores for f in Family if f not in (Family.DIRECT, Family.DWROLL))
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(block_k=8), "filter height must be 1..7"),
+    (dict(block_k=0), "filter height must be 1..7"),
+    (dict(vec=1), "vec=8"),
+    (dict(num_stages=2), "num_stages=1"),
+    (dict(block_m=24), "block_m: must be a power of two"),
+])
+def test_dwroll_config_rules(fields, message):
+    base = dict(direction=Direction.FORWARD, dtype=DType.BF16, ndim=2, family=Family.DWROLL, block_m=16,
+                block_n=64, block_k=5, num_warps=4, num_stages=1, vec=8)
+    assert KernelConfig(**base).name == "gconv_fwd_bf16_2d_dwroll_16x64x5_w4_s1_gm1_sk1_mg1_v8_i32"
+    with pytest.raises(ConfigError, match=message):
+        KernelConfig(**{**base, **fields})

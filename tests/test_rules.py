@@ -13,6 +13,8 @@ from tiledispatch.native.rules import (
     EPILOGUE_SMEM_RESERVE,
     MAX_ACCUMULATOR_REGISTERS,
     MAX_DIRECT_ELEMENTS_PER_THREAD,
+    MAX_DWROLL_DATA_VALUES,
+    MAX_DWROLL_WEIGHT_VALUES,
     RULE_SETS,
     rule_set_configs,
 )
@@ -25,6 +27,16 @@ def hard_rule_violation(config: KernelConfig, arch: str) -> str | None:
     epilogue reserve), accumulators per thread bounded, 8 warps only for tiles that feed two
     warpgroups, direct kernels within their per-thread element budget."""
     spec = get_arch(arch)
+    if config.family is Family.DWROLL:
+        # Live fp32 tiles per thread: F_H accumulators + the input (data directions), F_H² accumulators
+        # + the F_H-row dY window + the input (backward-weight); at least 2 elements per thread.
+        per_thread = config.block_m * config.block_n // (32 * config.num_warps)
+        height = config.block_k
+        tiles = height * height + height + 1 if config.direction is Direction.BACKWARD_WEIGHT else height + 1
+        limit = MAX_DWROLL_WEIGHT_VALUES if config.direction is Direction.BACKWARD_WEIGHT else MAX_DWROLL_DATA_VALUES
+        if per_thread < 2 or tiles * per_thread > limit:
+            return f"dwroll live values {tiles} x {per_thread}"
+        return None
     if config.family is Family.DIRECT:
         per_thread = config.block_m * config.block_n // (32 * config.num_warps)
         if not 1 <= per_thread <= MAX_DIRECT_ELEMENTS_PER_THREAD:

@@ -204,3 +204,40 @@ def test_dev_suite_like_problems_have_fast_kernels():
             p = prob.with_direction(direction)
             chosen = supported_configs(p, DEFAULT_SLICES[(p.direction, p.dtype, p.ndim)])
             assert any(c.family is family for c in chosen), (direction, family)
+
+
+def _dwroll(direction=Direction.FORWARD, height=3, ndim=2) -> KernelConfig:
+    return KernelConfig(direction, DType.BF16, ndim, Family.DWROLL, 16, 64, height, 4, 1, 1,
+                        16 if direction is Direction.BACKWARD_WEIGHT else 1, 1, 8)
+
+
+def _depthwise(**overrides) -> ConvProblem:
+    return problem(**{**dict(groups=64, in_channels=64, out_channels=64), **overrides})
+
+
+@pytest.mark.parametrize("direction", list(Direction), ids=lambda d: d.value)
+def test_dwroll_runs_depthwise_problems_of_its_filter_height(direction):
+    assert is_supported(_depthwise(direction=direction), _dwroll(direction))
+    # narrower filters than the height, strided and dilated columns (not backward-data: stride 1 only)
+    narrow = _depthwise(direction=direction, filter_size=(5, 2), pad_begin=(2, 0), pad_end=(2, 1))
+    assert is_supported(narrow, _dwroll(direction, height=5))
+    if direction is not Direction.BACKWARD_DATA:
+        assert is_supported(_depthwise(direction=direction, stride=(1, 2), dilation=(1, 3)), _dwroll(direction))
+
+
+@pytest.mark.parametrize("overrides, config_height, field", [
+    (dict(groups=32), 3, "in_channels/out_channels"),                       # C/G = 2
+    (dict(stride=(2, 1)), 3, "stride/dilation"),                            # rows walked with stride 2
+    (dict(dilation=(2, 1)), 3, "stride/dilation"),
+    (dict(filter_size=(5, 5), pad_begin=(2, 2), pad_end=(2, 2)), 3, "filter_size"),   # taller filter
+    (dict(filter_size=(3, 5), pad_begin=(1, 2), pad_end=(1, 2)), 3, "filter_size"),   # wider than tall
+    (dict(groups=60, in_channels=60, out_channels=60), 3, "in_channels/out_channels"),  # not 8-aligned
+])
+def test_dwroll_refusals_name_the_field(overrides, config_height, field):
+    support = is_supported(_depthwise(**overrides), _dwroll(height=config_height))
+    assert not support and support.reason.startswith(field), support.reason
+
+
+def test_dwroll_backward_data_needs_stride_one():
+    support = is_supported(_depthwise(direction="bwd_data", stride=(1, 2)), _dwroll(Direction.BACKWARD_DATA))
+    assert not support and "stride" in support.reason

@@ -247,13 +247,17 @@ def _direct_fwd_kernel(
 
 
 @triton.jit
-def _weights_tap_major_kernel(w_ptr, wt_ptr, K_TOTAL, TAPS, BLOCK: tl.constexpr):
+def _weights_tap_major_kernel(w_ptr, wt_ptr, K_TOTAL, TAPS, BLOCK: tl.constexpr, FLIP: tl.constexpr):
     """``wt[tap, k] = fp32(W[k, tap])`` for depthwise W (C/G = 1): one channel vector per tap becomes
-    one contiguous run (16-byte loads instead of a gather with stride ``taps``), already widened."""
+    one contiguous run (16-byte loads instead of a gather with stride ``taps``), already widened.
+    With ``FLIP`` the taps are reversed, ``wt[taps − 1 − tap, k]``: reversing the linear tap index
+    flips every spatial dimension of the filter (backward-data as a forward pass, see dwroll.py)."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < K_TOTAL * TAPS
     k = offs // TAPS
     tap = offs - k * TAPS
+    if FLIP:
+        tap = TAPS - 1 - tap
     value = tl.load(w_ptr + offs, mask=ok, other=0.0)
     tl.store(wt_ptr + (tap * K_TOTAL + k), _f32(value), mask=ok)
 
@@ -928,13 +932,19 @@ def _two_programs(fn, config: KernelConfig, types: dict[str, str], constexprs: d
 def _rows_programs(fn, config: KernelConfig, types: dict[str, str], constexprs: dict) -> dict[str, Program]:
     """The tap-row program of the forward / backward-data kernel and the weight transposition
     that feeds it (its ``w_ptr`` is the fp32 workspace)."""
-    ints = int_type(config)
     values = {**constexprs, "PASS_M": _pass_rows(config, True), "TAPS_W": config.block_k}
     rows_types = {("wt_ptr" if name == "w_ptr" else name): kind for name, kind in types.items()}
     rows_types["wt_ptr"] = "*fp32"
-    weights = {"w_ptr": pointer_type(config.dtype), "wt_ptr": "*fp32", "K_TOTAL": ints, "TAPS": ints}
     return {"rows": Program(fn, values, rows_types, config.num_warps, config.num_stages),
-            "tap_major": Program(_weights_tap_major_kernel, {"BLOCK": TAP_MAJOR_BLOCK}, weights, 4, 1)}
+            "tap_major": tap_major_program(config, flip=False)}
+
+
+def tap_major_program(config: KernelConfig, *, flip: bool) -> Program:
+    """The depthwise weight transposition ``W[k, tap] → wt[tap, k]`` (fp32, taps reversed with ``flip``)
+    that feeds the tap-row and dwroll programs."""
+    ints = int_type(config)
+    types = {"w_ptr": pointer_type(config.dtype), "wt_ptr": "*fp32", "K_TOTAL": ints, "TAPS": ints}
+    return Program(_weights_tap_major_kernel, {"BLOCK": TAP_MAJOR_BLOCK, "FLIP": flip}, types, 4, 1)
 
 
 def _tap_major_elements(problem: ConvProblem, config: KernelConfig) -> int:
@@ -946,7 +956,7 @@ def _tap_major_elements(problem: ConvProblem, config: KernelConfig) -> int:
     return problem.weight_elements + config.block_n if config.block_k > 1 else 0
 
 
-def _tap_major_launch(problem: ConvProblem, weight, workspace) -> Launch:
+def tap_major_launch(problem: ConvProblem, weight, workspace) -> Launch:
     elements = problem.weight_elements
     return Launch("tap_major", (cdiv(elements, TAP_MAJOR_BLOCK), 1, 1),
                   (weight, workspace, problem.out_channels, problem.filter_taps))
@@ -980,7 +990,7 @@ class _DirectDataTemplate:
     def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
         grid = self.grid(problem, config)
         if config.block_k > 1:
-            return [_tap_major_launch(problem, second, workspace),
+            return [tap_major_launch(problem, second, workspace),
                     Launch("rows", grid, (first, workspace, out, *_size_args(problem)))]
         program = "depthwise" if _is_depthwise(problem) else "main"
         return [Launch(program, grid, (first, second, out, *_size_args(problem)))]

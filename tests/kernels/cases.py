@@ -34,6 +34,14 @@ SHAPES_2D = {
     # direction splits into 16-channel blocks), dilation and asymmetric pads.
     "stride1_grouped": dict(batch=2, groups=2, in_channels=32, out_channels=64, input_size=(5, 6),
                             filter_size=(3, 2), stride=(1, 1), dilation=(1, 2), pad_begin=(1, 0), pad_end=(0, 2)),
+    # dwroll: 24 channels (a partial 16-channel block), strided and dilated columns, 5 filter rows
+    # (forward and backward-weight; backward-data needs stride 1).
+    "dwroll_strided": dict(batch=3, groups=24, in_channels=24, out_channels=24, input_size=(9, 11),
+                           filter_size=(5, 3), stride=(1, 2), dilation=(1, 2), pad_begin=(2, 3), pad_end=(1, 0)),
+    # Stride 1 with a top pad past the filter (backward-data's flipped pad is negative), a 7x5 filter
+    # with dilated columns, 4 rows per image (a row chunk shorter than the filter).
+    "dwroll_stride1": dict(batch=2, groups=16, in_channels=16, out_channels=16, input_size=(4, 13),
+                           filter_size=(7, 5), stride=(1, 1), dilation=(1, 2), pad_begin=(8, 1), pad_end=(0, 4)),
     # No padding: the forward tma kernel reads the input in place (no padded copy).
     "stride1_valid": dict(batch=2, groups=1, in_channels=32, out_channels=16, input_size=(4, 5), filter_size=(2, 2),
                           stride=(1, 1), dilation=(1, 1), pad_begin=(0, 0), pad_end=(0, 0)),
@@ -50,6 +58,8 @@ SHAPES_3D = {
     "small_groups": dict(batch=3, groups=6, in_channels=24, out_channels=24, input_size=(3, 4, 5),
                          filter_size=(3, 3, 3), stride=(1, 1, 2), dilation=(1, 1, 1), pad_begin=(1, 1, 1),
                          pad_end=(1, 1, 0)),
+    "dwroll": dict(batch=2, groups=16, in_channels=16, out_channels=16, input_size=(3, 5, 6), filter_size=(3, 3, 3),
+                   stride=(1, 1, 1), dilation=(2, 1, 2), pad_begin=(1, 1, 2), pad_end=(2, 1, 0)),
     "stride1_grouped": dict(batch=2, groups=2, in_channels=32, out_channels=32, input_size=(3, 4, 5),
                             filter_size=(2, 3, 3), stride=(1, 1, 1), dilation=(2, 1, 1), pad_begin=(1, 1, 0),
                             pad_end=(1, 0, 1)),
@@ -62,6 +72,7 @@ FAMILY_SHAPES = {
     Family.GEMM1X1: ("aligned_1x1",),
     Family.DIRECT: ("depthwise", "dw_multiplier", "grouped_odd", "stride3", "depthwise_odd", "depthwise_7x7"),
     Family.TMA: ("stride1_grouped", "stride1_valid"),
+    Family.DWROLL: ("depthwise", "dwroll_strided", "dwroll_stride1", "dwroll"),
 }
 
 
@@ -74,7 +85,9 @@ def small_config(direction: Direction, dtype: DType, ndim: int, family: Family, 
                  split_k: int = 1, merge: int = 2, vec: int = 1, index64: bool = False,
                  taps_w: int = 1) -> KernelConfig:
     """Small tiles, so tiny problems still cover several tiles and the masked edges. ``taps_w``: the
-    direct block_k (4/8: the depthwise tap-row programs)."""
+    direct block_k (4/8: the depthwise tap-row programs) or the dwroll filter height."""
+    if family is Family.DWROLL:  # one warp: 4 elements per thread of an 8x16 tile
+        return KernelConfig(direction, dtype, ndim, family, 8, 16, taps_w, 1, 1, 1, split_k, 1, 8, index64)
     if family is Family.DIRECT:
         return KernelConfig(direction, dtype, ndim, family, 16, 8, taps_w, num_warps, 1, 1, split_k, 1, vec, index64)
     return KernelConfig(direction, dtype, ndim, family, 32, 16, 16, num_warps, 2, 8, split_k,
@@ -91,7 +104,12 @@ def cases(ndims=(2, 3)):
                 if label not in available:
                     continue
                 for direction in family.directions:
+                    if family is Family.DWROLL and direction is Direction.BACKWARD_DATA \
+                            and any(s != 1 for s in available[label]["stride"]):
+                        continue  # backward-data dwroll kernels need stride 1
                     variants = [dict()]
+                    if family is Family.DWROLL:
+                        variants = [dict(taps_w=available[label]["filter_size"][-2])]
                     if family in (Family.GEMM1X1, Family.TMA):
                         variants = [dict(vec=8)]
                     if family is Family.IGEMM and label == "grouped_odd":
@@ -137,11 +155,25 @@ def gpu_config(direction: Direction, dtype: DType, ndim: int, family: Family, nu
                         4 if family is Family.GMERGE else 1, vec)
 
 
+#: dwroll GPU-test tiles by filter height (forward / backward-data, backward-weight): spill-free on sm_90.
+DWROLL_GPU_TILES = {
+    False: {3: ((16, 64, 4), (32, 64, 8)), 5: ((16, 64, 4), (32, 64, 8)), 7: ((16, 64, 4), (32, 64, 8))},
+    True: {3: ((16, 64, 4), (32, 64, 8)), 5: ((16, 32, 4), (32, 32, 8)), 7: ((16, 16, 4), (32, 16, 8))},
+}
+
+
 def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelConfig]:
     """Every family × warps (× split-K for backward-weight) × vec for one direction/dtype/ndim."""
     out = []
     for family in Family:
         if direction not in family.directions:
+            continue
+        if family is Family.DWROLL:  # each filter height, a 4-warp and an 8-warp tile
+            for height, tiles in DWROLL_GPU_TILES[direction is Direction.BACKWARD_WEIGHT].items():
+                for block_w, block_n, num_warps in tiles:
+                    for split_k in ((1, 16) if direction is Direction.BACKWARD_WEIGHT else (1,)):
+                        out.append(KernelConfig(direction, dtype, ndim, family, block_w, block_n, height, num_warps,
+                                                1, 1, split_k, 1, 8))
             continue
         if family is Family.TMA:  # aligned only; bf16/fp16
             if dtype is not DType.FP32:

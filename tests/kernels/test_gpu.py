@@ -17,7 +17,7 @@ import pytest
 
 from tests.kernels.cases import gpu_configs
 from tiledispatch.native.accuracy import RELATIVE_ERROR_LIMIT
-from tiledispatch.native.configs import parse_kernel_name
+from tiledispatch.native.configs import Family, parse_kernel_name
 from tiledispatch.native.problem import ConvProblem, Direction, DType
 from tiledispatch.native.support import is_supported
 
@@ -115,6 +115,37 @@ def test_random_odd_shapes(registry, direction, dtype, ndim, seed):
     rng = random.Random(f"{direction}-{dtype}-{ndim}-{seed}-{random.random()}")
     problem = _random_problem(rng, ndim, direction, dtype)
     configs = [c for c in registry.configs if c.direction is direction and c.dtype is dtype and c.ndim == ndim]
+    assert not _check(problem, registry, configs), problem.key
+
+
+def _random_depthwise_rows_problem(rng: random.Random, ndim: int, direction: Direction, dtype: DType) -> ConvProblem:
+    """A depthwise problem the dwroll kernels run: rows with stride and dilation 1, filter height 3/5/7
+    (3 in 3D), columns (and depth) strided and dilated except in backward-data, channels a multiple of 8
+    that often leaves a partial channel block, sizes that span several strips and row chunks."""
+    channels = 8 * rng.randint(1, 13)
+    height = 3 if ndim == 3 else rng.choice([3, 5, 7])
+    filt = (*(3 for _ in range(ndim - 2)), height, rng.randint(1, height))
+    strided = direction is not Direction.BACKWARD_DATA
+    stride = (*(rng.choice([1, 2]) if strided else 1 for _ in range(ndim - 2)), 1, rng.choice([1, 2]) if strided else 1)
+    dilation = (*(rng.choice([1, 2]) for _ in range(ndim - 2)), 1, rng.choice([1, 2]))
+    size = tuple(rng.randint(3, 8) for _ in range(ndim - 2)) + (rng.randint(4, 40), rng.randint(4, 70))
+    size = tuple(max(s, d * (f - 1) + 1) for s, d, f in zip(size, dilation, filt))
+    pad_begin = tuple(rng.randint(0, f) for f in filt)
+    pad_end = tuple(rng.randint(0, f) for f in filt)
+    return ConvProblem(direction=direction, dtype=dtype, batch=rng.randint(1, 4), groups=channels,
+                       in_channels=channels, out_channels=channels, input_size=size, filter_size=filt,
+                       stride=stride, dilation=dilation, pad_begin=pad_begin, pad_end=pad_end)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("ndim", (2, 3))
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.value)
+@pytest.mark.parametrize("direction", list(Direction), ids=lambda d: d.value)
+def test_random_depthwise_rolling_rows(registry, direction, dtype, ndim, seed):
+    rng = random.Random(f"dwroll-{direction}-{dtype}-{ndim}-{seed}-{random.random()}")
+    problem = _random_depthwise_rows_problem(rng, ndim, direction, dtype)
+    configs = [c for c in registry.configs if c.family is Family.DWROLL and c.direction is direction
+               and c.dtype is dtype and c.ndim == ndim]
     assert not _check(problem, registry, configs), problem.key
 
 

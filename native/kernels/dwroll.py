@@ -1,0 +1,345 @@
+"""Depthwise convolution by rolling filter rows (``dwroll``): forward, backward-data and backward-weight,
+2D and 3D (2D runs as 3D with depth 1), for C/G = K/G = 1 with 16-byte channel vectors.
+
+Notation as in direct.py: ``C`` = channels (= groups), ``i(o, t) = o·stride − pad_begin + t·dilation``
+per spatial dimension; height has stride 1 and dilation 1 here (support.py), so ``i_h = o_h − pad_h + t_h``.
+
+Why rolling: the direct kernels' programs own a block of output positions and read, for every filter
+row, a different input row through L2 (measured: 72 % of their stall cycles wait on L1TEX, and the
+L2 → L1 traffic is ``F_H`` times the input). Here a program owns a strip of ``BLOCK_W`` output columns
+× ``BLOCK_N`` channels at one ``(n, o_d)`` and walks down a chunk of ``ROWS`` output rows. Each input
+row enters the program once (its ``F_W`` column shifts are the same cache lines, served by L1) and is
+used for every filter row while it is in registers, so L2 → L1 traffic is about one input read.
+
+* forward (GEMM-free, CUDA-core FMA): ``Y[n,o,k] = Σ_{t_d,t_h,t_w} X[n, i(o,t), k] · wt[t, k]``. At step
+  ``s`` the program loads input row ``i_h = o_h0 − pad_h + s`` (per depth tap, per column shift) and
+  adds it with filter row ``t_h`` into the accumulator of output row ``i_h + pad_h − t_h``; the
+  ``F_H`` accumulators rotate one slot per step and the oldest (it has seen every filter row) is
+  stored. ``F_H`` = ``block_k`` (exact, unrolled); ``F_W ≤ block_k`` columns are unrolled with a
+  uniform branch. Weights come from the tap-major fp32 copy ``wt[t, k]`` (direct.py's transposition,
+  a first launch).
+* backward-data (all strides 1): ``dX[n,i,j] = Σ_t dY[n, i + pad − t·dil, j] · W[j, t]``, i.e. the forward
+  kernel over dY with the filter flipped in every dimension (``wt`` written with taps reversed) and
+  ``pad' = dil·(F − 1) − pad_begin`` (negative pads are plain offsets here).
+* backward-weight: ``dW[k,t] = Σ_{n,o} dY[n,o,k] · X[n, i(o,t), k]``. A program owns ``BLOCK_N`` channels,
+  one depth tap ``t_d`` and one of ``split_k`` contiguous runs of work items (an item = one
+  ``(n, o_d, column strip, row chunk)``); at step ``s`` it loads dY row ``s`` into a rolling window of
+  the last ``F_H`` dY rows and input row ``s − pad_h`` once per column shift: that row pairs with window
+  row ``t_h`` for filter row ``t_h``. ``F_H × F_W`` fp32 accumulators of ``BLOCK_W × BLOCK_N`` are summed
+  over the strip once at the end; the partials of each split go to ``workspace[split]`` and direct.py's
+  reduction sums them in a fixed order (deterministic, no atomics).
+
+``block_m`` is ``BLOCK_W`` (output columns of a strip), ``block_n`` the channels, ``block_k`` the filter
+height unrolled (backward-weight: also the most filter columns). ``INDEX64`` forms the per-row bases in
+64 bits (every single size is < 2^31, and so is one row ``W·C``: support.py checks).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from tiledispatch.native.configs import Family, KernelConfig
+from tiledispatch.native.kernels.base import Launch, Program, as3d, cdiv, int_type, pointer_type
+from tiledispatch.native.kernels.direct import (
+    REDUCE_BLOCK,
+    _direct_splitk_reduce_kernel,
+    _f32,
+    tap_major_launch,
+    tap_major_program,
+)
+from tiledispatch.native.problem import ConvProblem, Direction
+
+_DATA_PARAMS = ("BATCH", "CHANNELS", "IN_D", "IN_H", "IN_W", "OUT_D", "OUT_H", "OUT_W", "F_D", "F_W",
+                "STR_D", "STR_W", "DIL_D", "DIL_W", "PAD_D", "PAD_H", "PAD_W", "ROWS")
+_WEIGHT_PARAMS = _DATA_PARAMS + ("ITEMS_PER_SPLIT",)
+
+#: Programs a launch aims for before it splits the output rows into chunks: 8 per SM of a 132-SM
+#: GPU. Fewer leave SMs idle (one strip is one program); more only add halo rows (F_H − 1 per chunk).
+TARGET_PROGRAMS = 1056
+#: Rows of the shortest chunk, as a multiple of the halo (F_H − 1 extra input rows per chunk).
+MIN_ROWS_PER_HALO = 2
+
+
+@triton.jit
+def _zeros_tuple(COUNT: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr):
+    out = ()
+    for _ in tl.static_range(COUNT):
+        out = out + (tl.zeros((BLOCK_W, BLOCK_N), dtype=tl.float32),)
+    return out
+
+
+@triton.jit
+def _add_filter_rows(acc, xv, wt_ptr, w_row, F_W, C, cols, F_H: tl.constexpr):
+    """acc[t_h] += xv · wt[(w_row + t_h·F_W), cols] for every filter row t_h (one column shift xv)."""
+    out = ()
+    for th in tl.static_range(F_H):
+        wv = tl.load(wt_ptr + (w_row + th * F_W) * C + cols)  # unmasked: the workspace has BLOCK_N slack
+        out = out + (acc[th] + xv * wv[None, :],)
+    return out
+
+
+@triton.jit
+def _dwroll_data_kernel(
+    x_ptr, wt_ptr, y_ptr,
+    BATCH, CHANNELS, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W, F_D, F_W,
+    STR_D, STR_W, DIL_D, DIL_W, PAD_D, PAD_H, PAD_W, ROWS,
+    BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, F_H: tl.constexpr, INDEX64: tl.constexpr,
+):
+    """Forward (and backward-data as a forward over dY with flipped taps): see the module docstring."""
+    C = (CHANNELS // 8) * 8  # lets the compiler prove 16-byte alignment of every channel run
+    pid = tl.program_id(0)
+    num_c = tl.cdiv(C, BLOCK_N)
+    num_w = tl.cdiv(OUT_W, BLOCK_W)
+    num_h = tl.cdiv(OUT_H, ROWS)
+    # Channel blocks vary fastest, then strips, then row chunks: programs in flight share input rows.
+    pid_c = pid % num_c
+    rest = pid // num_c
+    pid_w = rest % num_w
+    rest = rest // num_w
+    pid_h = rest % num_h
+    nd = rest // num_h
+    od = nd % OUT_D
+    n = nd // OUT_D
+    if INDEX64:
+        n = n.to(tl.int64)
+
+    cols = pid_c * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < C
+    ow = pid_w * BLOCK_W + tl.arange(0, BLOCK_W)
+    base_w = ow * STR_W - PAD_W
+    oh0 = pid_h * ROWS
+    rows_here = tl.minimum(ROWS, OUT_H - oh0)
+    base_d = od * STR_D - PAD_D
+    store_mask = (ow < OUT_W)[:, None] & col_ok[None, :]
+    y_tile = (ow * C)[:, None] + cols[None, :]
+    y_row0 = ((n * OUT_D + od) * OUT_H + oh0) * OUT_W * C
+
+    acc = _zeros_tuple(F_H, BLOCK_W, BLOCK_N)
+    for s in range(0, rows_here + F_H - 1):
+        ih = oh0 - PAD_H + s
+        row_ok = (ih >= 0) & (ih < IN_H)
+        for td in range(0, F_D):
+            i_d = base_d + td * DIL_D
+            ok_row = row_ok & (i_d >= 0) & (i_d < IN_D)
+            x_row = ((n * IN_D + i_d) * IN_H + ih) * IN_W * C
+            w_row = td * F_H * F_W
+            for tw in tl.static_range(F_H):
+                if tw < F_W:
+                    i_w = base_w + tw * DIL_W
+                    # 0 ≤ i_w < IN_W as one unsigned compare (a negative i_w wraps past any size < 2^31).
+                    ok = ok_row & (i_w.to(tl.uint32, bitcast=True) < IN_W.to(tl.uint32))
+                    xv = tl.load(x_ptr + x_row + ((i_w * C)[:, None] + cols[None, :]),
+                                 mask=ok[:, None] & col_ok[None, :], other=0.0)
+                    acc = _add_filter_rows(acc, _f32(xv), wt_ptr, w_row + tw, F_W, C, cols, F_H)
+        # acc[F_H − 1] has seen every filter row: output row oh0 + s − (F_H − 1), once s ≥ F_H − 1.
+        if s >= F_H - 1:
+            out_row = y_row0 + (s - (F_H - 1)) * OUT_W * C
+            tl.store(y_ptr + out_row + y_tile, acc[F_H - 1].to(y_ptr.dtype.element_ty), mask=store_mask)
+        acc = (tl.zeros((BLOCK_W, BLOCK_N), dtype=tl.float32),) + acc[:F_H - 1]
+
+
+@triton.jit
+def _pair_window(acc, xv, window, tw: tl.constexpr, F_H: tl.constexpr):
+    """acc[t_h·F_H + tw] += xv · window[t_h] for every filter row t_h (xv: one column shift)."""
+    out = ()
+    for i in tl.static_range(F_H * F_H):
+        if i % F_H == tw:
+            out = out + (acc[i] + xv * window[i // F_H],)
+        else:
+            out = out + (acc[i],)
+    return out
+
+
+@triton.jit
+def _dwroll_bwd_weight_kernel(
+    x_ptr, dy_ptr, out_ptr,
+    BATCH, CHANNELS, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W, F_D, F_W,
+    STR_D, STR_W, DIL_D, DIL_W, PAD_D, PAD_H, PAD_W, ROWS, ITEMS_PER_SPLIT,
+    BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, F_H: tl.constexpr, SPLIT_K: tl.constexpr,
+    INDEX64: tl.constexpr,
+):
+    """Backward-weight: see the module docstring. ``F_W ≤ F_H``; grid = (channel blocks × F_D, split_k)."""
+    C = (CHANNELS // 8) * 8
+    num_c = tl.cdiv(C, BLOCK_N)
+    pid_c = tl.program_id(0) % num_c
+    td = tl.program_id(0) // num_c
+    split = tl.program_id(1)
+    num_w = tl.cdiv(OUT_W, BLOCK_W)
+    num_h = tl.cdiv(OUT_H, ROWS)
+    items = BATCH * OUT_D * num_w * num_h
+    first = split * ITEMS_PER_SPLIT
+    last = tl.minimum(first + ITEMS_PER_SPLIT, items)
+
+    cols = pid_c * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < C
+    strip = tl.arange(0, BLOCK_W)
+    acc = _zeros_tuple(F_H * F_H, BLOCK_W, BLOCK_N)
+    for item in range(first, last):
+        pid_w = item % num_w
+        rest = item // num_w
+        pid_h = rest % num_h
+        nd = rest // num_h
+        od = nd % OUT_D
+        n = nd // OUT_D
+        if INDEX64:
+            n = n.to(tl.int64)
+        i_d = od * STR_D - PAD_D + td * DIL_D
+        if (i_d >= 0) & (i_d < IN_D):  # uniform: otherwise this depth tap sees only padding
+            ow = pid_w * BLOCK_W + strip
+            ow_ok = (ow < OUT_W)[:, None] & col_ok[None, :]
+            base_w = ow * STR_W - PAD_W
+            oh0 = pid_h * ROWS
+            oh_end = tl.minimum(oh0 + ROWS, OUT_H)
+            dy_plane = (n * OUT_D + od) * OUT_H
+            x_plane = (n * IN_D + i_d) * IN_H
+            dy_tile = (ow * C)[:, None] + cols[None, :]
+            window = _zeros_tuple(F_H, BLOCK_W, BLOCK_N)
+            # Step s: dY row oh0 + s enters the window (window[t_h] = dY row oh0 + s − t_h; rows
+            # outside [oh0, oh_end) are zero), and input row oh0 + s − pad_h pairs with window[t_h]
+            # for filter row t_h.
+            for s in range(0, oh_end - oh0 + F_H - 1):
+                o = oh0 + s
+                dyv = tl.load(dy_ptr + (dy_plane + o) * OUT_W * C + dy_tile, mask=ow_ok & (o < oh_end), other=0.0)
+                window = (_f32(dyv),) + window[:F_H - 1]
+                ih = o - PAD_H
+                if (ih >= 0) & (ih < IN_H):
+                    x_row = (x_plane + ih) * IN_W * C
+                    for tw in tl.static_range(F_H):
+                        if tw < F_W:
+                            i_w = base_w + tw * DIL_W
+                            ok = i_w.to(tl.uint32, bitcast=True) < IN_W.to(tl.uint32)
+                            xv = tl.load(x_ptr + x_row + ((i_w * C)[:, None] + cols[None, :]),
+                                         mask=ok[:, None] & col_ok[None, :], other=0.0)
+                            acc = _pair_window(acc, _f32(xv), window, tw, F_H)
+
+    # dW[k, tap] at k·taps + tap (C/G = 1), tap = (t_d·F_H + t_h)·F_W + t_w; split partials go to
+    # workspace[split] in the same layout.
+    taps = F_D * F_H * F_W
+    out_ptrs = out_ptr + split.to(tl.int64) * (C * taps) + (cols * taps + td * F_H * F_W)
+    for i in tl.static_range(F_H * F_H):
+        th = i // F_H
+        tw = i % F_H
+        tl.store(out_ptrs + (th * F_W + tw), tl.sum(acc[i], axis=0).to(out_ptr.dtype.element_ty),
+                 mask=col_ok & (tw < F_W))
+
+
+def _row_chunk(strips: int, out_h: int, f_h: int) -> int:
+    """Output rows per chunk: whole columns when ``strips`` programs already fill the GPU, else chunks
+    of at least ``MIN_ROWS_PER_HALO·(F_H − 1)`` rows (or 4) until about :data:`TARGET_PROGRAMS`."""
+    chunks = max(1, min(cdiv(TARGET_PROGRAMS, max(strips, 1)), out_h))
+    shortest = max(4, MIN_ROWS_PER_HALO * (f_h - 1))
+    return max(min(out_h, shortest), cdiv(out_h, chunks))
+
+
+def _data_geometry(problem: ConvProblem) -> dict[str, tuple[int, ...]]:
+    """Extents and pads of the forward pass the kernel runs: the problem's own (forward and
+    backward-weight), or over dY with the flipped filter (backward-data: stride 1,
+    ``pad' = dil·(F − 1) − pad_begin``)."""
+    filt = as3d(problem.filter_size, 1)
+    dil = as3d(problem.dilation, 1)
+    if problem.direction is not Direction.BACKWARD_DATA:
+        return {"in": as3d(problem.input_size, 1), "out": as3d(problem.output_size, 1), "filter": filt,
+                "stride": as3d(problem.stride, 1), "dil": dil, "pad": as3d(problem.pad_begin, 0)}
+    pads = tuple(d * (f - 1) - p for d, f, p in zip(dil, filt, as3d(problem.pad_begin, 0)))
+    return {"in": as3d(problem.output_size, 1), "out": as3d(problem.input_size, 1), "filter": filt,
+            "stride": (1, 1, 1), "dil": dil, "pad": pads}
+
+
+def data_rows(problem: ConvProblem, config: KernelConfig) -> int:
+    """ROWS of a forward / backward-data launch (see :func:`_row_chunk`)."""
+    geo = _data_geometry(problem)
+    out_d, out_h, out_w = geo["out"]
+    strips = cdiv(problem.in_channels, config.block_n) * cdiv(out_w, config.block_m) * problem.batch * out_d
+    return _row_chunk(strips, out_h, geo["filter"][1])
+
+
+def weight_tiling(problem: ConvProblem, config: KernelConfig) -> tuple[int, int]:
+    """(ROWS, ITEMS_PER_SPLIT) of a backward-weight launch: chunks so that there are about
+    ``split_k`` work items per split or more, items split evenly."""
+    out_d, out_h, out_w = as3d(problem.output_size, 1)
+    strips = problem.batch * out_d * cdiv(out_w, config.block_m)
+    rows = _row_chunk(strips * cdiv(TARGET_PROGRAMS, config.split_k), out_h, problem.filter_size[-2])
+    items = strips * cdiv(out_h, rows)
+    return rows, cdiv(items, config.split_k)
+
+
+def _data_args(problem: ConvProblem) -> tuple[int, ...]:
+    geo = _data_geometry(problem)
+    (in_d, in_h, in_w), (out_d, out_h, out_w) = geo["in"], geo["out"]
+    f_d, _, f_w = geo["filter"]
+    (str_d, _, str_w), (dil_d, _, dil_w), (pad_d, pad_h, pad_w) = geo["stride"], geo["dil"], geo["pad"]
+    return (problem.batch, problem.in_channels, in_d, in_h, in_w, out_d, out_h, out_w, f_d, f_w,
+            str_d, str_w, dil_d, dil_w, pad_d, pad_h, pad_w)
+
+
+def _workspace_slack(problem: ConvProblem, config: KernelConfig) -> int:
+    """Tap-major weights plus BLOCK_N elements, so the last channel block's weights load unmasked."""
+    return problem.weight_elements + config.block_n
+
+
+class DwrollData:
+    """Forward or backward-data: the tap-major (flipped for backward-data) weights, then the rolling kernel."""
+
+    families = frozenset({Family.DWROLL})
+
+    def __init__(self, direction: Direction):
+        if direction is Direction.BACKWARD_WEIGHT:
+            raise ValueError("direction: DwrollData runs forward and backward_data")
+        self.direction = direction
+
+    def programs(self, config: KernelConfig) -> dict[str, Program]:
+        ptr = pointer_type(config.dtype)
+        ints = int_type(config)
+        types = {"x_ptr": ptr, "wt_ptr": "*fp32", "y_ptr": ptr, **{name: ints for name in _DATA_PARAMS}}
+        constexprs = {"BLOCK_W": config.block_m, "BLOCK_N": config.block_n, "F_H": config.block_k,
+                      "INDEX64": config.index64}
+        return {"roll": Program(_dwroll_data_kernel, constexprs, types, config.num_warps, config.num_stages),
+                "tap_major": tap_major_program(config, flip=self.direction is Direction.BACKWARD_DATA)}
+
+    def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
+        return _workspace_slack(problem, config)
+
+    def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
+        rows = data_rows(problem, config)
+        geo = _data_geometry(problem)
+        out_d, out_h, out_w = geo["out"]
+        grid = (cdiv(problem.in_channels, config.block_n) * cdiv(out_w, config.block_m) * cdiv(out_h, rows)
+                * problem.batch * out_d, 1, 1)
+        return [tap_major_launch(problem, second, workspace),
+                Launch("roll", grid, (first, workspace, out, *_data_args(problem), rows))]
+
+
+class DwrollBackwardWeight:
+    direction = Direction.BACKWARD_WEIGHT
+    families = frozenset({Family.DWROLL})
+
+    def programs(self, config: KernelConfig) -> dict[str, Program]:
+        ptr = pointer_type(config.dtype)
+        ints = int_type(config)
+        out_type = "*fp32" if config.split_k > 1 else ptr
+        types = {"x_ptr": ptr, "dy_ptr": ptr, "out_ptr": out_type, **{name: ints for name in _WEIGHT_PARAMS}}
+        constexprs = {"BLOCK_W": config.block_m, "BLOCK_N": config.block_n, "F_H": config.block_k,
+                      "SPLIT_K": config.split_k, "INDEX64": config.index64}
+        programs = {"roll": Program(_dwroll_bwd_weight_kernel, constexprs, types, config.num_warps,
+                                    config.num_stages)}
+        if config.split_k > 1:
+            programs["reduce"] = Program(
+                _direct_splitk_reduce_kernel,
+                {"SPLIT_K": config.split_k, "BLOCK": REDUCE_BLOCK, "INDEX64": config.index64},
+                {"ws_ptr": "*fp32", "dw_ptr": ptr, "ELEMENTS": ints}, 4, 1)
+        return programs
+
+    def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
+        return problem.weight_elements * config.split_k if config.split_k > 1 else 0
+
+    def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
+        rows, items_per_split = weight_tiling(problem, config)
+        f_d = as3d(problem.filter_size, 1)[0]
+        target = workspace if config.split_k > 1 else out
+        grid = (cdiv(problem.in_channels, config.block_n) * f_d, config.split_k, 1)
+        launches = [Launch("roll", grid, (first, second, target, *_data_args(problem), rows, items_per_split))]
+        if config.split_k > 1:
+            elements = problem.weight_elements
+            launches.append(Launch("reduce", (cdiv(elements, REDUCE_BLOCK), 1, 1), (workspace, out, elements)))
+        return launches
