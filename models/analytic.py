@@ -8,9 +8,9 @@ Used where no trained model matches (arch, dtype, direction). For each candidate
   quantisation: M, N and K each padded up to the block sizes; for ``gmerge`` the block-diagonal
   operand of ``merge`` groups, which multiplies the work by ``merge``), at the family's peak:
   tensor-core peak for igemm/gmerge/gemm1x1 (scaled down for small tiles, whose operand staging
-  cannot feed the tensor cores), CUDA-core FMA peak for ``direct``; spread over the SMs in waves
-  of ``SMs × CTAs per SM`` (occupancy from shared memory, registers and warps), so a grid of
-  133 CTAs on 132 SMs costs two waves;
+  cannot feed the tensor cores), CUDA-core FMA peak for ``direct`` and ``dwroll``; spread over the
+  SMs in waves of ``SMs × CTAs per SM`` (occupancy from shared memory, registers and warps), so a
+  grid of 133 CTAs on 132 SMs costs two waves;
 * memory time: every operand read once and the result written once (DESIGN §3), at the arch's
   bandwidth (lower for unvectorised kernels), plus split-K's fp32 partials written and read back;
 * launches: one, plus the split-K reduction.
@@ -18,7 +18,10 @@ Used where no trained model matches (arch, dtype, direction). For each candidate
 Families are looked up by name (:data:`FAMILY_CODES`), never by their position in
 :class:`~tiledispatch.native.configs.Family`. ``tma`` (an implicit GEMM whose operand tiles are TMA
 boxes of a zero-padded copy of the input) is costed as ``igemm`` plus that copy when the problem
-pads: ``TmaGeometry.padded_elements`` written once and read once, one launch more.
+pads: ``TmaGeometry.padded_elements`` written once and read once, one launch more. ``dwroll`` (the
+depthwise row-rolling CUDA-core kernels) takes the direct view as it is: ``block_m`` × ``block_n``
+positions × channels per CTA, every output a dot over the taps. Its code (5) changed no number: it
+had the same view before it had a code, as a CUDA-core family this module did not know.
 A family this module does not know gets :data:`UNKNOWN_FAMILY` as its code and the cost view of its
 kind: the tensor-core implicit GEMM for a family with ``uses_tensor_cores``, the direct view
 otherwise — a sane estimate, never an error.
@@ -64,7 +67,7 @@ SMEM_RESERVE_PER_CTA = 1024
 
 #: The ``family`` column's code of each family, by the family's name (value). New families are
 #: appended; a code never changes meaning (the feature engine's one-hot columns read these codes).
-FAMILY_CODES = {"igemm": 0, "gmerge": 1, "gemm1x1": 2, "direct": 3, "tma": 4}
+FAMILY_CODES = {"igemm": 0, "gmerge": 1, "gemm1x1": 2, "direct": 3, "tma": 4, "dwroll": 5}
 #: The code of a family missing from :data:`FAMILY_CODES` (costed by its kind, see the module doc).
 UNKNOWN_FAMILY = -1
 _DIRECT = FAMILY_CODES["direct"]
@@ -86,7 +89,7 @@ def family_code(family: Family | str) -> int:
 def config_table(configs: Sequence[KernelConfig]) -> dict[str, np.ndarray]:
     """The configs as one int64 column per field (what the formulas vectorise over). Besides the
     fields: ``family`` (:func:`family_code`) and ``cuda_core`` (1 where the direct, CUDA-core cost
-    view applies: the direct family, or an unknown family that does not use the tensor cores)."""
+    view applies: every family without ``uses_tensor_cores`` — direct, dwroll, or an unknown one)."""
     rows = np.array([(family_code(c.family), c.block_m, c.block_n, c.block_k, c.num_warps, c.num_stages,
                       c.split_k, c.merge, c.vec, c.index64, not c.family.uses_tensor_cores) for c in configs],
                     dtype=np.int64).reshape(-1, len(_COLUMNS))
@@ -132,8 +135,8 @@ class AnalyticPredictor:
         spec, p = self.spec, problem
         bm, bn, bk, warps, stages = t["block_m"], t["block_n"], t["block_k"], t["num_warps"], t["num_stages"]
         split, merge = t["split_k"], t["merge"]
-        # The direct (CUDA-core) view; every other row, tma and unknown families included, takes the
-        # tensor-core implicit-GEMM view.
+        # The direct (CUDA-core) view: direct, dwroll and unknown CUDA-core families; every other row
+        # (tma and unknown tensor-core families included) takes the tensor-core implicit-GEMM view.
         direct = t["cuda_core"] == 1
         groups, cg, kg, taps = p.groups, p.c_per_group, p.k_per_group, p.filter_taps
         out_positions = p.batch * int(np.prod(p.output_size))

@@ -12,9 +12,10 @@ candidate configs into an ``(n_configs, n_features)`` float64 array, vectorised 
 * kernel (``k_``): every field of :class:`KernelConfig` (family one-hot, block sizes, warps,
   stages, ``group_m``, split-K, merge, vec, index64) plus shared-memory and accumulator estimates
   — distinct kernels never share a row (no aliasing). The one-hot columns exist for igemm, gmerge,
-  gemm1x1 and direct and are looked up by family name; a family without a column (``tma``, or
-  one the engine does not know) has all four at 0 and its interaction features take the cost view
-  ``models.analytic`` gives it (igemm's for tma, plus its padded input copy);
+  gemm1x1 and direct (schema 0 on) and dwroll (``k_dwroll``, schema 3) and are looked up by family
+  name; a family without a column (``tma``, or one the engine does not know) has them all at 0 and
+  its interaction features take the cost view ``models.analytic`` gives it (igemm's for tma, plus
+  its padded input copy; the direct view for CUDA-core families, dwroll included);
 * interaction (``x_``): tile quantisation per GEMM dimension ``dim / (ceil(dim / block)·block)``,
   CTAs, resident CTAs per SM, waves ``ctas / (SMs·per_sm)`` and last-wave fill, reduction steps
   per CTA, executed / useful FLOPs, bytes and FLOPs per CTA tile, and the analytic fallback's
@@ -22,14 +23,26 @@ candidate configs into an ``(n_configs, n_features)`` float64 array, vectorised 
   formula change can never silently change a shipped model's inputs);
 * hardware (``h_``): SMs, shared memory per SM, L2, bandwidth, peak tensor-core and FMA rates,
   clock (constant per device: they let one model file describe which device it was trained for
-  and cost nothing at inference).
+  and cost nothing at inference);
+* launch geometry (``x_grid_``, ``x_launch_``, schema 2): see :data:`LAUNCH_FEATURES`;
+* dwroll (schema 3, :data:`DWROLL_FEATURES`): the ``k_dwroll`` one-hot, the fp32 values a dwroll
+  thread keeps live, and the row-chunk halo fraction. From schema 3 on, the launch group also
+  follows the dwroll launchers (``native/kernels/dwroll.py``) for dwroll rows.
 
 Every feature is finite (no NaN: LightGBM's missing-value paths are never taken).
 A feature's name is its meaning: a feature whose definition changes gets a new name (as the
 analytic ones carry the analytic model's version), never a new meaning under an old name.
 ``SCHEMA_VERSION`` numbers the engine's feature set (:data:`FEATURE_SETS`: the names each version
 made); a model records the names it was trained on, and :mod:`models.predictor` maps them onto
-the engine's columns by name, so older models keep loading while the engine only grows.
+the engine's columns by name, so older models keep loading while the engine only grows. A family
+a model never saw in training (e.g. dwroll for a schema-1/2 model, which has no ``k_dwroll``) is
+left out of that model's rankings (:attr:`models.predictor.TrainedPredictor.seen_families`).
+
+Schema 3 changed no value of an earlier name for the families that existed before it (igemm,
+gmerge, gemm1x1, direct, tma: ``tests/models/fixtures/schema2-golden`` holds schema-2 rows of
+theirs made before it, and ``tests/models/test_features.py`` compares). It did give dwroll rows
+their launchers' geometry under the schema-2 launch names (before, a dwroll row had the analytic
+CTAs there, as any family without a launcher formula): no model had been trained on a dwroll row.
 """
 
 from __future__ import annotations
@@ -47,7 +60,7 @@ from tiledispatch.native.configs import KernelConfig
 from tiledispatch.native.kernels.direct_tiling import bwd_weight_tiling
 from tiledispatch.native.problem import ConvProblem, Direction, ProblemClass
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 PROBLEM_FEATURES = (
     "p_ndim", "p_batch", "p_groups", "p_in_channels", "p_out_channels", "p_c_per_group", "p_k_per_group",
@@ -67,8 +80,10 @@ KERNEL_FEATURES = (
 )
 
 #: The families with a one-hot column (``k_<family>``), looked up by name in the config table's
-#: family codes (``analytic.FAMILY_CODES``), never by position in the ``Family`` enum.
-ONE_HOT_FAMILIES = ("igemm", "gmerge", "gemm1x1", "direct")
+#: family codes (``analytic.FAMILY_CODES``), never by position in the ``Family`` enum. The first four
+#: are in the kernel group (schema 0 on), ``k_dwroll`` in :data:`DWROLL_FEATURES` (schema 3).
+ONE_HOT_FAMILIES = ("igemm", "gmerge", "gemm1x1", "direct", "dwroll")
+_KERNEL_GROUP_ONE_HOT = ONE_HOT_FAMILIES[:4]
 
 _ANALYTIC = f"analytic_v{analytic.VERSION}"
 
@@ -91,6 +106,15 @@ HARDWARE_FEATURES = (
 #: elements and inner-loop steps per CTA, the fraction of the ``split_k`` splits that get work, the
 #: split-K fp32 workspace (bytes, and relative to the problem's minimum bytes), and the direct
 #: backward-weight tiling (tap block, useful fraction of the tile rows).
+#:
+#: dwroll rows (schema 3 on; :func:`dwroll_geometry`, as ``native/kernels/dwroll.py`` plans them):
+#: CTAs of the rolling launch (forward / backward-data: channel blocks × column strips × row chunks ×
+#: N × out_D, over the extents the kernel runs, dY's for backward-data; backward-weight: channel
+#: blocks × F_D × split_k), reduction per CTA = the taps of one output's dot (forward / backward-data)
+#: or ``ITEMS_PER_SPLIT·ROWS·BLOCK_W`` dY positions (backward-weight), steps per CTA = the row steps
+#: ``(ROWS + F_H − 1)·F_D`` (forward / backward-data) or ``ITEMS_PER_SPLIT·(ROWS + F_H − 1)``
+#: (backward-weight), split use = splits with items / split_k, tap block 0, and as useful tile rows
+#: the column-strip fill ``out_W / (ceil(out_W / BLOCK_W)·BLOCK_W)``.
 LAUNCH_FEATURES = (
     "x_grid_log_ctas", "x_grid_waves", "x_grid_last_wave_fill", "x_grid_occ_waves", "x_grid_occ_last_wave_fill",
     "x_launch_log_reduction_per_cta", "x_launch_log_steps_per_cta", "x_launch_split_used",
@@ -98,20 +122,40 @@ LAUNCH_FEATURES = (
     "x_launch_direct_tap_block", "x_launch_tile_rows_useful",
 )
 
+#: Schema 3: dwroll's one-hot; the fp32 values a dwroll thread keeps live, as ``native/rules.py``
+#: bounds them against spills — ``(F_H + 1)·e`` forward / backward-data (F_H rolling accumulators and
+#: the input tile), ``(F_H² + F_H + 1)·e`` backward-weight (F_H² accumulators, the F_H-row dY window
+#: and the input tile), ``e = BLOCK_W·BLOCK_N / (32·warps)``, ``F_H`` = ``block_k``; and the row-chunk
+#: halo fraction ``(F_H − 1) / ROWS`` (input rows a chunk reads beyond its own, per row). All three
+#: are 0 on rows of other families; the halo (a launch feature) is 0 too when the launch group is off.
+DWROLL_FEATURES = ("k_dwroll", "k_dwroll_live_values", "x_launch_dwroll_halo")
+
+#: The names ``FeatureEngine.build(..., launch=False)`` leaves 0 (the costliest to compute).
+LAUNCH_NAMES = LAUNCH_FEATURES + ("x_launch_dwroll_halo",)
+
 _V1_NAMES = PROBLEM_FEATURES + KERNEL_FEATURES + INTERACTION_FEATURES + HARDWARE_FEATURES
-FEATURE_NAMES: tuple[str, ...] = _V1_NAMES + LAUNCH_FEATURES
+_V2_NAMES = _V1_NAMES + LAUNCH_FEATURES
+FEATURE_NAMES: tuple[str, ...] = _V2_NAMES + DWROLL_FEATURES
 
 #: Every feature set the engine has shipped, by schema version (each a subset of the next; the
 #: engine must keep making every name listed here). 0: problem sizes and kernel fields only;
-#: 1: + derived problem features, interaction and hardware groups; 2: + launch geometry.
+#: 1: + derived problem features, interaction and hardware groups; 2: + launch geometry;
+#: 3: + dwroll (its one-hot, live fp32 values per thread, row-chunk halo; and its launchers'
+#: geometry under the launch names).
 FEATURE_SETS: dict[int, tuple[str, ...]] = {
     0: ("p_ndim", "p_batch", "p_groups", "p_in_channels", "p_out_channels", "p_c_per_group", "p_k_per_group",
         "p_in_d", "p_in_h", "p_in_w", "p_out_d", "p_out_h", "p_out_w", "p_filter_d", "p_filter_h", "p_filter_w",
         "p_stride_d", "p_stride_h", "p_stride_w", "p_dilation_max", "p_pad_total", "p_log_flops",
         "p_gemm_m", "p_gemm_n", "p_gemm_k", *KERNEL_FEATURES),
     1: _V1_NAMES,
-    2: FEATURE_NAMES,
+    2: _V2_NAMES,
+    3: FEATURE_NAMES,
 }
+
+#: ``native/kernels/dwroll.py``'s row-chunk constants (``TARGET_PROGRAMS``, ``MIN_ROWS_PER_HALO``),
+#: repeated here so the engine stays free of Triton; a test checks they are the kernels'.
+DWROLL_TARGET_PROGRAMS = 1056
+DWROLL_MIN_ROWS_PER_HALO = 2
 
 
 def _log(x):
@@ -124,6 +168,52 @@ def _cdiv(a, b):
 
 def _pad3(values: Sequence[int], fill: int) -> tuple[int, int, int]:
     return (fill,) * (3 - len(values)) + tuple(values)
+
+
+def _dwroll_row_chunk(strips: np.ndarray, out_h: int, f_h: int) -> np.ndarray:
+    """``dwroll._row_chunk``, vectorised over ``strips``."""
+    chunks = np.maximum(1, np.minimum(_cdiv(DWROLL_TARGET_PROGRAMS, np.maximum(strips, 1)), out_h))
+    shortest = max(4, DWROLL_MIN_ROWS_PER_HALO * (f_h - 1))
+    return np.maximum(min(out_h, shortest), _cdiv(out_h, chunks))
+
+
+def dwroll_geometry(p: ConvProblem, block_m: np.ndarray, block_n: np.ndarray, block_k: np.ndarray,
+                    num_warps: np.ndarray, split_k: np.ndarray) -> dict[str, np.ndarray]:
+    """The launch of dwroll configs (int64 columns of their fields) on ``p``, as
+    ``native/kernels/dwroll.py`` plans it (``data_rows``/``weight_tiling``/``plan``), without
+    Triton: ``grid`` (CTAs of the rolling launch), ``rows`` (ROWS), ``items_per_split``
+    (backward-weight; 0 otherwise), ``items`` (backward-weight work items), and the feature values
+    ``reduction``, ``steps``, ``split_used``, ``useful``, ``halo``, ``live_values`` (see
+    :data:`LAUNCH_FEATURES` and :data:`DWROLL_FEATURES`)."""
+    f_d, f_h, _ = _pad3(p.filter_size, 1)
+    channels = p.in_channels
+    per_thread = block_m * block_n // (32 * num_warps)
+    if p.direction is Direction.BACKWARD_WEIGHT:
+        out_d, out_h, out_w = _pad3(p.output_size, 1)
+        strips = p.batch * out_d * _cdiv(out_w, block_m)
+        rows = _dwroll_row_chunk(strips * _cdiv(DWROLL_TARGET_PROGRAMS, split_k), out_h, f_h)
+        items = strips * _cdiv(out_h, rows)
+        per_split = _cdiv(items, split_k)
+        grid = _cdiv(channels, block_n) * f_d * split_k
+        reduction = per_split * rows * block_m
+        steps = per_split * (rows + block_k - 1)
+        split_used = _cdiv(items, per_split) / split_k
+        live = (block_k * block_k + block_k + 1) * per_thread
+    else:
+        # Backward-data runs the forward kernel over dY: its "out" extents are the problem's input's.
+        extents = p.output_size if p.direction is Direction.FORWARD else p.input_size
+        out_d, out_h, out_w = _pad3(extents, 1)
+        strips = _cdiv(channels, block_n) * _cdiv(out_w, block_m) * p.batch * out_d
+        rows = _dwroll_row_chunk(strips, out_h, f_h)
+        grid = strips * _cdiv(out_h, rows)
+        items = per_split = np.zeros_like(block_m)
+        reduction = np.full(len(block_m), p.filter_taps)  # C/G = 1: one output's dot runs over the taps
+        steps = (rows + block_k - 1) * f_d
+        split_used = np.ones(len(block_m))
+        live = (block_k + 1) * per_thread
+    return {"grid": grid, "rows": rows, "items": items, "items_per_split": per_split, "reduction": reduction,
+            "steps": steps, "split_used": split_used, "useful": out_w / (_cdiv(out_w, block_m) * block_m),
+            "halo": (block_k - 1) / rows, "live_values": live}
 
 
 @dataclass(frozen=True)
@@ -149,6 +239,11 @@ def _table(configs: tuple[KernelConfig, ...]) -> ConfigTable:
     """A server ranks the same candidate lists again and again (one per problem signature): the
     per-config columns are built once per list (hashing the tuple costs a quarter of building it)."""
     return ConfigTable.of(configs)
+
+
+def table_of(configs: Sequence[KernelConfig] | ConfigTable) -> ConfigTable:
+    """``configs`` as a :class:`ConfigTable` (built once per candidate list, see :func:`_table`)."""
+    return configs if isinstance(configs, ConfigTable) else _table(tuple(configs))
 
 
 class FeatureEngine:
@@ -200,7 +295,7 @@ class FeatureEngine:
         t = table.columns
         fam = t["family"]
         bm, bn, bk, warps, stages = t["block_m"], t["block_n"], t["block_k"], t["num_warps"], t["num_stages"]
-        one_hot = tuple(fam == analytic.FAMILY_CODES[name] for name in ONE_HOT_FAMILIES)
+        one_hot = tuple(fam == analytic.FAMILY_CODES[name] for name in _KERNEL_GROUP_ONE_HOT)
         cols = (*one_hot, bm, bn, bk, warps, stages, t["group_m"], t["split_k"],
                 t["merge"], t["vec"], t["index64"], t["smem"], bm * bn // (32 * warps))
         return np.column_stack([np.asarray(c, dtype=np.float64) for c in cols])
@@ -251,7 +346,18 @@ class FeatureEngine:
                 _log(b["compute_us"]), _log(b["memory_us"]), _log(b["time_us"]), np.full(len(bm), math.log(bound_us)))
         return np.column_stack([np.asarray(c, dtype=np.float64) for c in cols])
 
-    def launch_matrix(self, p: ConvProblem, table: ConfigTable, breakdown: dict | None = None) -> np.ndarray:
+    @staticmethod
+    def _dwroll(p: ConvProblem, table: ConfigTable) -> tuple[np.ndarray, dict[str, np.ndarray] | None]:
+        """The rows of dwroll configs and their :func:`dwroll_geometry` (None when there are none)."""
+        t = table.columns
+        rows = np.flatnonzero(t["family"] == analytic.FAMILY_CODES["dwroll"])
+        if rows.size == 0:
+            return rows, None
+        return rows, dwroll_geometry(p, *(t[name][rows] for name in ("block_m", "block_n", "block_k", "num_warps",
+                                                                       "split_k")))
+
+    def launch_matrix(self, p: ConvProblem, table: ConfigTable, breakdown: dict | None = None,
+                      dwroll: tuple[np.ndarray, dict[str, np.ndarray] | None] | None = None) -> np.ndarray:
         """The launch group, in ``LAUNCH_FEATURES`` order (grids as the launchers in
         ``native/kernels`` compute them; a family without a launcher formula here, e.g. ``tma``,
         takes the analytic CTAs)."""
@@ -322,6 +428,12 @@ class FeatureEngine:
             reduction = np.where(direct, red * taps, taps * k_blocks * bk)
             steps = np.where(direct, red * taps, taps * k_blocks)
             workspace = np.zeros(n_rows)
+        # dwroll.py: the rolling launch (its tap-major weight copy and split-K reduction are extra launches).
+        dw_rows, dw = self._dwroll(p, table) if dwroll is None else dwroll
+        if dw is not None:
+            grid, reduction, steps = (np.asarray(a, dtype=np.float64).copy() for a in (grid, reduction, steps))
+            grid[dw_rows], reduction[dw_rows], steps[dw_rows] = dw["grid"], dw["reduction"], dw["steps"]
+            split_used[dw_rows], useful[dw_rows] = dw["split_used"], dw["useful"]
         grid = np.maximum(grid, 1)
         sms = self.spec.sms
         slots = sms * b["per_sm"]
@@ -330,13 +442,26 @@ class FeatureEngine:
                 np.log1p(workspace), workspace / p.min_bytes, tap_block, useful)
         return np.column_stack([np.asarray(c, dtype=np.float64) * np.ones(n_rows) for c in cols])
 
+    def dwroll_matrix(self, p: ConvProblem, table: ConfigTable, *, launch: bool = True,
+                      dwroll: tuple[np.ndarray, dict[str, np.ndarray] | None] | None = None) -> np.ndarray:
+        """The dwroll group, in ``DWROLL_FEATURES`` order (0 on rows of other families; the halo 0
+        too unless ``launch``)."""
+        out = np.zeros((len(table), len(DWROLL_FEATURES)))
+        dw_rows, dw = self._dwroll(p, table) if dwroll is None else dwroll
+        if dw is not None:
+            out[dw_rows, 0] = 1.0
+            out[dw_rows, 1] = dw["live_values"]
+            if launch:
+                out[dw_rows, 2] = dw["halo"]
+        return out
+
     # ---- all ----------------------------------------------------------------------------------
     def build(self, problem: ConvProblem, configs: Sequence[KernelConfig] | ConfigTable, *,
               launch: bool = True) -> np.ndarray:
         """``(len(configs), len(names))`` features of ``problem`` with each config, in order.
-        ``launch=False`` leaves the launch group zero (for a model whose feature set has none of it:
-        the group costs the most to compute)."""
-        table = configs if isinstance(configs, ConfigTable) else _table(tuple(configs))
+        ``launch=False`` leaves the :data:`LAUNCH_NAMES` zero (for a model whose feature set has none
+        of them: they cost the most to compute)."""
+        table = table_of(configs)
         n = len(table)
         out = np.empty((n, len(self.names)), dtype=np.float64)
         if n == 0:
@@ -345,10 +470,13 @@ class FeatureEngine:
         b = a + len(KERNEL_FEATURES)
         c = b + len(INTERACTION_FEATURES)
         d = c + len(HARDWARE_FEATURES)
+        e = d + len(LAUNCH_FEATURES)
         out[:, :a] = self.problem_vector(problem)
         out[:, a:b] = self.kernel_matrix(table)
         breakdown = self._analytic.breakdown(problem, table.columns)
         out[:, b:c] = self.interaction_matrix(problem, table, breakdown)
         out[:, c:d] = self.hardware_vector(problem)
-        out[:, d:] = self.launch_matrix(problem, table, breakdown) if launch else 0.0
+        dwroll = self._dwroll(problem, table)
+        out[:, d:e] = self.launch_matrix(problem, table, breakdown, dwroll) if launch else 0.0
+        out[:, e:] = self.dwroll_matrix(problem, table, launch=launch, dwroll=dwroll)
         return out

@@ -26,6 +26,19 @@ taken by the index map, then the trees evaluated together in numpy (:mod:`models
 identical to ``Booster.predict`` for finite inputs): ``predicted_us = exp(raw score)``.
 :meth:`TrainedPredictor.rank` (and :func:`rank` for any predictor) returns the order and the µs
 from one feature matrix: ranker and regressor share it.
+
+Unseen families: a trained model ranks only candidates of the kernel families it saw in training
+(:attr:`TrainedPredictor.seen_families`); its score for any other family is an extrapolation from
+rows that never had that family's one-hot set (a schema-1/2 model sees a dwroll row as a
+one-hot-less CUDA-core kernel), so those candidates are left out of its :class:`Ranking` (listed in
+``Ranking.unranked``) and never reach Select or the PyTorch integration through it. The seen
+families are the artifact's own record when it has one (``families`` in ``train_manifest.json``,
+the families of the training rows, written by ``models/train.py`` since schema 3), else the
+families whose one-hot ``k_<family>`` is among the model's features (every shipped schema-1/2
+model: igemm, gmerge, gemm1x1, direct — exactly the families of their training rows; ``tma`` has
+no one-hot, ``dwroll`` has one from schema 3). When no candidate is of a seen family, all are ranked
+(as before this rule): a ranking is never empty while there are candidates. The analytic model is
+a formula that costs every family (dwroll by the direct view) and ranks every candidate.
 """
 
 from __future__ import annotations
@@ -33,13 +46,21 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tiledispatch.models.features import LAUNCH_FEATURES, SCHEMA_VERSION, ConfigTable, FeatureEngine
+from tiledispatch.models import analytic
+from tiledispatch.models.features import (
+    LAUNCH_NAMES,
+    ONE_HOT_FAMILIES,
+    SCHEMA_VERSION,
+    ConfigTable,
+    FeatureEngine,
+    table_of,
+)
 from tiledispatch.models.forest import Forest, ForestError
 from tiledispatch.native.arch import get_arch
 from tiledispatch.native.configs import KernelConfig
@@ -127,19 +148,30 @@ class Ranking:
     and ``score`` follow the configs' order. ``by == "ranker"``: ``score`` is the ranker's raw score
     and ``order`` sorts it descending; ``by == "predicted_us"``: ``score = −predicted_us``, so
     ``order`` sorts the predicted times ascending. Ties keep the configs' order (a stable sort: the
-    same candidates always rank the same way)."""
+    same candidates always rank the same way). ``order`` covers every config except ``unranked``
+    (ascending indices of candidates the model may not rank: families it never saw, see the module
+    docstring); ``unranked`` is empty unless a trained model left some out."""
 
-    order: np.ndarray         # int64, a permutation of range(len(configs))
+    order: np.ndarray         # int64, a permutation of the ranked configs' indices (all but `unranked`)
     predicted_us: np.ndarray  # float64, per config
     score: np.ndarray         # float64, per config; higher ranks first
     by: str                   # "ranker" or "predicted_us"
+    unranked: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
 
     @classmethod
-    def of(cls, predicted_us: np.ndarray, ranker_score: np.ndarray | None = None) -> Ranking:
-        if ranker_score is None:
-            return cls(np.argsort(predicted_us, kind="stable"), predicted_us, -predicted_us, "predicted_us")
+    def of(cls, predicted_us: np.ndarray, ranker_score: np.ndarray | None = None,
+           ranked: np.ndarray | None = None) -> Ranking:
+        """``ranked`` (bool per config, default all): the candidates ``order`` covers."""
         # argsort(−s) keeps ties in config order, as argsort(predicted_us) does.
-        return cls(np.argsort(-ranker_score, kind="stable"), predicted_us, ranker_score, "ranker")
+        key = predicted_us if ranker_score is None else -ranker_score
+        if ranked is None or ranked.all():
+            order, unranked = np.argsort(key, kind="stable"), np.empty(0, dtype=np.int64)
+        else:
+            kept = np.flatnonzero(ranked)
+            order, unranked = kept[np.argsort(key[kept], kind="stable")], np.flatnonzero(~ranked)
+        if ranker_score is None:
+            return cls(order, predicted_us, -predicted_us, "predicted_us", unranked)
+        return cls(order, predicted_us, ranker_score, "ranker", unranked)
 
 
 class TrainedPredictor:
@@ -166,8 +198,12 @@ class TrainedPredictor:
         self.engine = engine
         self.columns = columns
         # Whether any of the model's features is in the engine's launch group (costly to compute).
-        self.uses_launch = bool(set(self.feature_names) & set(LAUNCH_FEATURES))
+        self.uses_launch = bool(set(self.feature_names) & set(LAUNCH_NAMES))
         self.manifest = manifest
+        self.seen_families = seen_families(self.feature_names, manifest)
+        # Their config-table codes (a family the engine has no code for is never matched).
+        self._seen_codes = np.array(sorted({analytic.family_code(f) for f in self.seen_families}
+                                           - {analytic.UNKNOWN_FAMILY}), dtype=np.int64)
         # The CV efficiency of whichever model orders the candidates.
         cv = (manifest.get("ranker", {}) if ranker is not None else manifest).get("cv", {}).get("overall", {})
         gpus = ", ".join(manifest.get("gpus", []))
@@ -206,20 +242,41 @@ class TrainedPredictor:
             return np.empty(0)
         return np.exp(self.forest.predict(self._checked_features(problem, configs)))
 
+    def rankable(self, configs: Sequence[KernelConfig] | ConfigTable) -> np.ndarray:
+        """Bool per config: whether this model may rank it (its family is one of
+        :attr:`seen_families`); every config when none is."""
+        seen = np.isin(table_of(configs).columns["family"], self._seen_codes)
+        return seen if seen.any() else np.ones(len(seen), dtype=bool)
+
     def rank(self, problem: ConvProblem, configs: Sequence[KernelConfig] | ConfigTable) -> Ranking:
-        """The candidates best first — by the ranker's score when the artifact has one, else by
-        predicted µs — with every candidate's predicted µs (the regressor's), from one feature matrix."""
+        """The candidates of families the model saw, best first — by the ranker's score when the
+        artifact has one, else by predicted µs — with every candidate's predicted µs (the
+        regressor's), from one feature matrix. Candidates of unseen families are left out (in
+        ``Ranking.unranked``) unless every candidate is of one (see the module docstring)."""
         if len(configs) == 0:
             return Ranking.of(np.empty(0), None if self.ranker is None else np.empty(0))
-        x = self._checked_features(problem, configs)
+        table = table_of(configs)
+        x = self._checked_features(problem, table)
         predicted = np.exp(self.forest.predict(x))
-        return Ranking.of(predicted, None if self.ranker is None else self.ranker.predict(x))
+        return Ranking.of(predicted, None if self.ranker is None else self.ranker.predict(x), self.rankable(table))
+
+
+def seen_families(feature_names: Sequence[str], manifest: dict[str, Any]) -> frozenset[str]:
+    """The kernel families a model saw in training: ``families`` of its ``train_manifest.json``
+    when recorded (a non-empty list of names), else the families whose ``k_<family>`` one-hot is
+    among its feature names."""
+    recorded = manifest.get("families")
+    if isinstance(recorded, list) and recorded and all(isinstance(f, str) for f in recorded):
+        return frozenset(recorded)
+    names = set(feature_names)
+    return frozenset(f for f in ONE_HOT_FAMILIES if f"k_{f}" in names)
 
 
 def rank(predictor: Any, problem: ConvProblem, configs: Sequence[KernelConfig]) -> Ranking:
     """Any predictor's ranking of ``configs`` on ``problem``: its own :meth:`~TrainedPredictor.rank`
-    where it has one (trained models: the ranker's order when present), else ascending predicted µs
-    (the analytic model). What selection should sort by."""
+    where it has one (trained models: the ranker's order when present, families the model never saw
+    left out), else ascending predicted µs of every candidate (the analytic model). What selection
+    should sort by."""
     own = getattr(predictor, "rank", None)
     if callable(own):
         return own(problem, configs)

@@ -35,8 +35,12 @@ predicting µs (what the service reports); the ranker's score only orders (highe
 Artifacts: ``<out>/<name>/<version>/model.txt`` (regressor), ``ranker.txt`` (format 2 only),
 ``feature_spec.json`` (artifact format, ordered feature names, target transform, schema version,
 arch/dtype/direction, the ranker's grading), ``train_manifest.json`` (data hash, rows, problems,
-where/when the data was measured, date, git commit, parameters, CV metrics of each model, the
-command that rebuilds every model file byte for byte).
+the kernel ``families`` of the training rows — the predictor ranks no other family with the
+model —, where/when the data was measured, date, git commit, parameters, CV metrics of each model,
+the command that rebuilds every model file byte for byte).
+
+Features: the engine's newest schema (``features.SCHEMA_VERSION``, 3: dwroll's one-hot and
+geometry) unless ``--feature-set`` names an older one; the manifest's command pins the schema used.
 
 CLI::
 
@@ -344,6 +348,7 @@ def train_artifact(data_dirs: Sequence[Path], direction: Direction, dtype: DType
     (staging / "feature_spec.json").write_text(json.dumps(spec, indent=2) + "\n")
     manifest = {"name": name, "version": version, "data_hash": data_hash(problems), "rows": int(len(m.y)),
                 "problems": len(problems), "timed_rows": int(sum(pr.timed.sum() for pr in problems)),
+                "families": sorted({c.family.value for pr in problems for c in pr.configs}),
                 **manifest_summary(manifests), "direction": direction.value, "dtype": dtype.value,
                 "arch": get_arch(arch).arch, "excluded_shapes_from": [str(p) for p in exclude],
                 **({"kernels_of_rule_set": rule_set} if rule_set else {}),

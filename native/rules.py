@@ -43,7 +43,7 @@ _DIRECT_WARPS = (1, 2, 4, 8)
 _DIRECT_TAPS_W = (1, 4, 8)
 #: Direct kernels keep block_m*block_n/threads values live per operand; past this they spill.
 MAX_DIRECT_ELEMENTS_PER_THREAD = 64
-_DWROLL_BLOCK_W = (8, 16, 32, 64)
+_DWROLL_BLOCK_W = (8, 16, 32, 64, 128)
 _DWROLL_BLOCK_N = (16, 32, 64, 128)
 #: Filter heights dwroll kernels are generated for (the depthwise filters networks use).
 _DWROLL_FILTER_HEIGHTS = (3, 5, 7)
@@ -87,10 +87,10 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
                 yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, stages, gm, 1, 1, 8, False)
             continue
         if family is Family.DWROLL:
-            domains = (_DWROLL_BLOCK_W, _DWROLL_BLOCK_N, _DWROLL_FILTER_HEIGHTS, _DIRECT_WARPS,
+            domains = (_DWROLL_BLOCK_W, _DWROLL_BLOCK_N, _DWROLL_FILTER_HEIGHTS, _DIRECT_WARPS, (1, 2),
                        (1, *_SPLIT_K[3:]) if bwd_weight else (1,), (False, True))
-            for bw, bn, fh, warps, sk, i64 in itertools.product(*domains):
-                yield KernelConfig(direction, dtype, ndim, family, bw, bn, fh, warps, 1, 1, sk, 1, 8, i64)
+            for bw, bn, fh, warps, stages, sk, i64 in itertools.product(*domains):
+                yield KernelConfig(direction, dtype, ndim, family, bw, bn, fh, warps, stages, 1, sk, 1, 8, i64)
             continue
         if family is Family.DIRECT:
             domains = (_DIRECT_BLOCK_M, _DIRECT_BLOCK_N, _DIRECT_TAPS_W, _DIRECT_WARPS,
@@ -115,12 +115,26 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
 def _dwroll_ok(config: KernelConfig) -> bool:
     """Every thread holds at least two elements of a tile (smaller tiles replicate threads), and its
     live fp32 values fit: F_H accumulators + the input tile (forward / backward-data), F_H² + F_H + 1
-    tiles (backward-weight)."""
-    per_thread = config.block_m * config.block_n // (32 * config.num_warps)
+    tiles (backward-weight), plus the prefetched raw tiles with ``num_stages`` 2."""
+    return dwroll_live_values(config) <= (MAX_DWROLL_WEIGHT_VALUES if config.direction is Direction.BACKWARD_WEIGHT
+                                          else MAX_DWROLL_DATA_VALUES) and _dwroll_per_thread(config) >= 2
+
+
+def _dwroll_per_thread(config: KernelConfig) -> int:
+    return config.block_m * config.block_n // (32 * config.num_warps)
+
+
+def dwroll_live_values(config: KernelConfig) -> float:
+    """fp32-register equivalents a dwroll thread keeps live: the tiles above × elements per thread,
+    plus (``num_stages`` 2) the next step's raw 16-bit tiles, half a register per element."""
     height = config.block_k
     if config.direction is Direction.BACKWARD_WEIGHT:
-        return per_thread >= 2 and (height * height + height + 1) * per_thread <= MAX_DWROLL_WEIGHT_VALUES
-    return per_thread >= 2 and (height + 1) * per_thread <= MAX_DWROLL_DATA_VALUES
+        tiles, prefetched = height * height + height + 1, height + 1
+    else:
+        tiles, prefetched = height + 1, height
+    if config.num_stages == 2:
+        tiles += prefetched / 2
+    return tiles * _dwroll_per_thread(config)
 
 
 def _full_rule(config: KernelConfig, arch: ArchSpec) -> bool:
@@ -149,6 +163,14 @@ DWROLL_DATA_TILES = {3: ((8, 64, 2), (16, 64, 4), (32, 64, 4), (32, 32, 4), (64,
 DWROLL_WEIGHT_TILES = {3: ((8, 64, 2), (16, 64, 4), (16, 32, 2), (32, 32, 4), (32, 64, 8)),
                        5: ((8, 16, 1), (16, 16, 2), (16, 32, 4), (32, 16, 4)),
                        7: ((8, 16, 2), (16, 16, 4), (32, 16, 8))}
+#: With loads one row ahead (num_stages 2), forward / backward-data: the raw next row costs F_H/2
+#: registers per element, so 5x5 and 7x7 keep 8 elements per thread; 3x3 adds tall narrow strips
+#: (H200 dev suite of 7707798: 64x32 was the best plain tile on every depthwise problem, 2.2-3.1x
+#: faster than 16x64). 106-230 registers, spill-free. Backward-weight: the plain tiles (165-197).
+DWROLL_PREFETCH_DATA_TILES = {3: ((32, 32, 4), (32, 64, 4), (64, 32, 4), (64, 16, 2), (128, 16, 4), (64, 64, 8),
+                                  (128, 32, 8)),
+                              5: ((8, 64, 2), (16, 64, 4), (32, 32, 4)),
+                              7: ((8, 64, 2), (16, 64, 4), (32, 32, 4), (32, 64, 8))}
 
 
 def _default_rule(config: KernelConfig) -> bool:
@@ -160,8 +182,10 @@ def _default_rule(config: KernelConfig) -> bool:
         tile = (c.block_m, c.block_n, c.num_warps)
         if c.direction is Direction.BACKWARD_WEIGHT:
             if c.split_k == 1:  # one program per channel block and depth tap: the unsplit path, for CI's compile check
-                return tile == (16, 64, 4) and c.block_k == 3
+                return tile == (16, 64, 4) and c.block_k == 3 and c.num_stages == 1
             return tile in DWROLL_WEIGHT_TILES[c.block_k] and c.split_k in (16, 64)
+        if c.num_stages == 2:
+            return tile in DWROLL_PREFETCH_DATA_TILES[c.block_k]
         return tile in DWROLL_DATA_TILES[c.block_k]
     if c.family is Family.DIRECT and c.block_k > 1:
         # Depthwise tap rows, 16-byte channel vectors; tiles spill-free on sm_90 (ptxas of triton 3.6).
@@ -255,8 +279,9 @@ def _tiny_rule(config: KernelConfig) -> bool:
     c = config
     if c.dtype is not DType.BF16 or c.index64:
         return False
-    if c.family is Family.DWROLL:
-        return (c.block_m, c.block_n, c.block_k) == (16, 64, 3) and c.split_k in (1, 16)
+    if c.family is Family.DWROLL:  # plain and prefetching
+        return (c.block_m, c.block_n, c.block_k) in ((16, 64, 3), (32, 32, 3)) and c.split_k in (1, 16) \
+            and (c.num_stages, c.block_m) in ((1, 16), (2, 32))
     if c.family is Family.DIRECT:  # (+ one depthwise tap-row instance per direction: cheap binaries)
         if c.block_k > 1:
             tap_rows = (32, 32) if c.direction is Direction.BACKWARD_WEIGHT else (64, 32)

@@ -243,7 +243,7 @@ def test_resource_estimates():
     (dict(block_k=8), "filter height must be 1..7"),
     (dict(block_k=0), "filter height must be 1..7"),
     (dict(vec=1), "vec=8"),
-    (dict(num_stages=2), "num_stages=1"),
+    (dict(num_stages=3), "num_stages=1"),
     (dict(block_m=24), "block_m: must be a power of two"),
 ])
 def test_dwroll_config_rules(fields, message):

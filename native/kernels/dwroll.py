@@ -140,6 +140,87 @@ def _dwroll_data_kernel(
 
 
 @triton.jit
+def _load_unit(x_ptr, u, units, F_D, oh0, PAD_H, IN_H, IN_D, base_d, DIL_D, x_plane, IN_W, C, base_w, DIL_W,
+               cols, col_ok, F_W, F_H: tl.constexpr):
+    """The raw tiles of load unit ``u`` = (step ``u // F_D``, depth tap ``u % F_D``): input row
+    ``o_h0 − pad_h + step`` at depth ``i_d``, shifted by each filter column (``F_H`` tiles; columns
+    past ``F_W``, units past ``units`` and rows outside the input load nothing)."""
+    step = u // F_D
+    td = u - step * F_D
+    ih = oh0 - PAD_H + step
+    i_d = base_d + td * DIL_D
+    ok_row = (u < units) & (ih >= 0) & (ih < IN_H) & (i_d >= 0) & (i_d < IN_D)
+    x_row = ((x_plane + i_d) * IN_H + ih) * IN_W * C
+    out = ()
+    for tw in tl.static_range(F_H):
+        i_w = base_w + tw * DIL_W
+        ok = ok_row & (tw < F_W) & (i_w.to(tl.uint32, bitcast=True) < IN_W.to(tl.uint32))
+        out = out + (tl.load(x_ptr + x_row + ((i_w * C)[:, None] + cols[None, :]),
+                             mask=ok[:, None] & col_ok[None, :], other=0.0),)
+    return out
+
+
+@triton.jit
+def _dwroll_data_prefetch_kernel(
+    x_ptr, wt_ptr, y_ptr,
+    BATCH, CHANNELS, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W, F_D, F_W,
+    STR_D, STR_W, DIL_D, DIL_W, PAD_D, PAD_H, PAD_W, ROWS,
+    BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, F_H: tl.constexpr, INDEX64: tl.constexpr,
+):
+    """:func:`_dwroll_data_kernel` with the loads one unit ahead (``num_stages`` 2): the walk is a flat
+    loop over units (step, depth tap), and each iteration issues the next unit's ``F_H`` column
+    shifts before the current unit's FMAs, so a row's memory latency overlaps the previous row's
+    arithmetic instead of stalling every step (the plain kernel keeps one row's loads in flight)."""
+    C = (CHANNELS // 8) * 8
+    pid = tl.program_id(0)
+    num_c = tl.cdiv(C, BLOCK_N)
+    num_w = tl.cdiv(OUT_W, BLOCK_W)
+    num_h = tl.cdiv(OUT_H, ROWS)
+    pid_c = pid % num_c
+    rest = pid // num_c
+    pid_w = rest % num_w
+    rest = rest // num_w
+    pid_h = rest % num_h
+    nd = rest // num_h
+    od = nd % OUT_D
+    n = nd // OUT_D
+    if INDEX64:
+        n = n.to(tl.int64)
+
+    cols = pid_c * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < C
+    ow = pid_w * BLOCK_W + tl.arange(0, BLOCK_W)
+    base_w = ow * STR_W - PAD_W
+    oh0 = pid_h * ROWS
+    rows_here = tl.minimum(ROWS, OUT_H - oh0)
+    base_d = od * STR_D - PAD_D
+    x_plane = n * IN_D
+    store_mask = (ow < OUT_W)[:, None] & col_ok[None, :]
+    y_tile = (ow * C)[:, None] + cols[None, :]
+    y_row0 = ((n * OUT_D + od) * OUT_H + oh0) * OUT_W * C
+
+    units = (rows_here + F_H - 1) * F_D
+    nxt = _load_unit(x_ptr, 0, units, F_D, oh0, PAD_H, IN_H, IN_D, base_d, DIL_D, x_plane, IN_W, C, base_w, DIL_W,
+                     cols, col_ok, F_W, F_H)
+    acc = _zeros_tuple(F_H, BLOCK_W, BLOCK_N)
+    for u in range(0, units):
+        cur = nxt
+        nxt = _load_unit(x_ptr, u + 1, units, F_D, oh0, PAD_H, IN_H, IN_D, base_d, DIL_D, x_plane, IN_W, C, base_w,
+                         DIL_W, cols, col_ok, F_W, F_H)
+        s = u // F_D
+        td = u - s * F_D
+        w_row = td * F_H * F_W
+        for tw in tl.static_range(F_H):
+            if tw < F_W:
+                acc = _add_filter_rows(acc, _f32(cur[tw]), wt_ptr, w_row + tw, F_W, C, cols, F_H)
+        if td == F_D - 1:  # the step's last depth tap: rotate as the plain kernel does
+            if s >= F_H - 1:
+                out_row = y_row0 + (s - (F_H - 1)) * OUT_W * C
+                tl.store(y_ptr + out_row + y_tile, acc[F_H - 1].to(y_ptr.dtype.element_ty), mask=store_mask)
+            acc = (tl.zeros((BLOCK_W, BLOCK_N), dtype=tl.float32),) + acc[:F_H - 1]
+
+
+@triton.jit
 def _pair_window(acc, xv, window, tw: tl.constexpr, F_H: tl.constexpr):
     """acc[t_h·F_H + tw] += xv · window[t_h] for every filter row t_h (xv: one column shift)."""
     out = ()
@@ -224,6 +305,93 @@ def _dwroll_bwd_weight_kernel(
                  mask=col_ok & (tw < F_W))
 
 
+@triton.jit
+def _load_weight_step(x_ptr, dy_ptr, s, steps, oh0, oh_end, PAD_H, IN_H, dy_plane, x_plane, OUT_W, IN_W, C, dy_tile,
+                      ow_ok, base_w, DIL_W, cols, col_ok, F_W, F_H: tl.constexpr):
+    """Raw tiles of backward-weight step ``s``: dY row ``o_h0 + s`` and input row ``o_h0 + s − pad_h``
+    shifted by each filter column (nothing loads past ``steps`` or outside the tensors)."""
+    o = oh0 + s
+    dyv = tl.load(dy_ptr + (dy_plane + o) * OUT_W * C + dy_tile, mask=ow_ok & (o < oh_end) & (s < steps), other=0.0)
+    ih = o - PAD_H
+    ok_row = (s < steps) & (ih >= 0) & (ih < IN_H)
+    x_row = (x_plane + ih) * IN_W * C
+    xs = ()
+    for tw in tl.static_range(F_H):
+        i_w = base_w + tw * DIL_W
+        ok = ok_row & (tw < F_W) & (i_w.to(tl.uint32, bitcast=True) < IN_W.to(tl.uint32))
+        xs = xs + (tl.load(x_ptr + x_row + ((i_w * C)[:, None] + cols[None, :]), mask=ok[:, None] & col_ok[None, :],
+                           other=0.0),)
+    return dyv, xs
+
+
+@triton.jit
+def _dwroll_bwd_weight_prefetch_kernel(
+    x_ptr, dy_ptr, out_ptr,
+    BATCH, CHANNELS, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W, F_D, F_W,
+    STR_D, STR_W, DIL_D, DIL_W, PAD_D, PAD_H, PAD_W, ROWS, ITEMS_PER_SPLIT,
+    BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, F_H: tl.constexpr, SPLIT_K: tl.constexpr,
+    INDEX64: tl.constexpr,
+):
+    """:func:`_dwroll_bwd_weight_kernel` with each step's dY row and input shifts loaded one step ahead
+    (``num_stages`` 2); rows outside the input load zeros instead of being branched around."""
+    C = (CHANNELS // 8) * 8
+    num_c = tl.cdiv(C, BLOCK_N)
+    pid_c = tl.program_id(0) % num_c
+    td = tl.program_id(0) // num_c
+    split = tl.program_id(1)
+    num_w = tl.cdiv(OUT_W, BLOCK_W)
+    num_h = tl.cdiv(OUT_H, ROWS)
+    items = BATCH * OUT_D * num_w * num_h
+    first = split * ITEMS_PER_SPLIT
+    last = tl.minimum(first + ITEMS_PER_SPLIT, items)
+
+    cols = pid_c * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < C
+    strip = tl.arange(0, BLOCK_W)
+    acc = _zeros_tuple(F_H * F_H, BLOCK_W, BLOCK_N)
+    for item in range(first, last):
+        pid_w = item % num_w
+        rest = item // num_w
+        pid_h = rest % num_h
+        nd = rest // num_h
+        od = nd % OUT_D
+        n = nd // OUT_D
+        if INDEX64:
+            n = n.to(tl.int64)
+        i_d = od * STR_D - PAD_D + td * DIL_D
+        if (i_d >= 0) & (i_d < IN_D):
+            ow = pid_w * BLOCK_W + strip
+            ow_ok = (ow < OUT_W)[:, None] & col_ok[None, :]
+            base_w = ow * STR_W - PAD_W
+            oh0 = pid_h * ROWS
+            oh_end = tl.minimum(oh0 + ROWS, OUT_H)
+            dy_plane = (n * OUT_D + od) * OUT_H
+            x_plane = (n * IN_D + i_d) * IN_H
+            dy_tile = (ow * C)[:, None] + cols[None, :]
+            steps = oh_end - oh0 + F_H - 1
+            window = _zeros_tuple(F_H, BLOCK_W, BLOCK_N)
+            nxt_dy, nxt_x = _load_weight_step(x_ptr, dy_ptr, 0, steps, oh0, oh_end, PAD_H, IN_H, dy_plane, x_plane,
+                                              OUT_W, IN_W, C, dy_tile, ow_ok, base_w, DIL_W, cols, col_ok, F_W, F_H)
+            for s in range(0, steps):
+                cur_dy = nxt_dy
+                cur_x = nxt_x
+                nxt_dy, nxt_x = _load_weight_step(x_ptr, dy_ptr, s + 1, steps, oh0, oh_end, PAD_H, IN_H, dy_plane,
+                                                  x_plane, OUT_W, IN_W, C, dy_tile, ow_ok, base_w, DIL_W, cols, col_ok,
+                                                  F_W, F_H)
+                window = (_f32(cur_dy),) + window[:F_H - 1]
+                for tw in tl.static_range(F_H):
+                    if tw < F_W:
+                        acc = _pair_window(acc, _f32(cur_x[tw]), window, tw, F_H)
+
+    taps = F_D * F_H * F_W
+    out_ptrs = out_ptr + split.to(tl.int64) * (C * taps) + (cols * taps + td * F_H * F_W)
+    for i in tl.static_range(F_H * F_H):
+        th = i // F_H
+        tw = i % F_H
+        tl.store(out_ptrs + (th * F_W + tw), tl.sum(acc[i], axis=0).to(out_ptr.dtype.element_ty),
+                 mask=col_ok & (tw < F_W))
+
+
 def _row_chunk(strips: int, out_h: int, f_h: int) -> int:
     """Output rows per chunk: whole columns when ``strips`` programs already fill the GPU, else chunks
     of at least ``MIN_ROWS_PER_HALO·(F_H − 1)`` rows (or 4) until about :data:`TARGET_PROGRAMS`."""
@@ -294,7 +462,8 @@ class DwrollData:
         types = {"x_ptr": ptr, "wt_ptr": "*fp32", "y_ptr": ptr, **{name: ints for name in _DATA_PARAMS}}
         constexprs = {"BLOCK_W": config.block_m, "BLOCK_N": config.block_n, "F_H": config.block_k,
                       "INDEX64": config.index64}
-        return {"roll": Program(_dwroll_data_kernel, constexprs, types, config.num_warps, config.num_stages),
+        kernel = _dwroll_data_prefetch_kernel if config.num_stages == 2 else _dwroll_data_kernel
+        return {"roll": Program(kernel, constexprs, types, config.num_warps, 1),
                 "tap_major": tap_major_program(config, flip=self.direction is Direction.BACKWARD_DATA)}
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
@@ -321,8 +490,8 @@ class DwrollBackwardWeight:
         types = {"x_ptr": ptr, "dy_ptr": ptr, "out_ptr": out_type, **{name: ints for name in _WEIGHT_PARAMS}}
         constexprs = {"BLOCK_W": config.block_m, "BLOCK_N": config.block_n, "F_H": config.block_k,
                       "SPLIT_K": config.split_k, "INDEX64": config.index64}
-        programs = {"roll": Program(_dwroll_bwd_weight_kernel, constexprs, types, config.num_warps,
-                                    config.num_stages)}
+        kernel = _dwroll_bwd_weight_prefetch_kernel if config.num_stages == 2 else _dwroll_bwd_weight_kernel
+        programs = {"roll": Program(kernel, constexprs, types, config.num_warps, 1)}
         if config.split_k > 1:
             programs["reduce"] = Program(
                 _direct_splitk_reduce_kernel,

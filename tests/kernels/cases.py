@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.problem import ConvProblem, Direction, DType
@@ -83,11 +84,11 @@ def problem(direction: Direction, dtype: DType, ndim: int, label: str) -> ConvPr
 
 def small_config(direction: Direction, dtype: DType, ndim: int, family: Family, *, num_warps: int = 4,
                  split_k: int = 1, merge: int = 2, vec: int = 1, index64: bool = False,
-                 taps_w: int = 1) -> KernelConfig:
+                 taps_w: int = 1, stages: int = 1) -> KernelConfig:
     """Small tiles, so tiny problems still cover several tiles and the masked edges. ``taps_w``: the
     direct block_k (4/8: the depthwise tap-row programs) or the dwroll filter height."""
     if family is Family.DWROLL:  # one warp: 4 elements per thread of an 8x16 tile
-        return KernelConfig(direction, dtype, ndim, family, 8, 16, taps_w, 1, 1, 1, split_k, 1, 8, index64)
+        return KernelConfig(direction, dtype, ndim, family, 8, 16, taps_w, 1, stages, 1, split_k, 1, 8, index64)
     if family is Family.DIRECT:
         return KernelConfig(direction, dtype, ndim, family, 16, 8, taps_w, num_warps, 1, 1, split_k, 1, vec, index64)
     return KernelConfig(direction, dtype, ndim, family, 32, 16, 16, num_warps, 2, 8, split_k,
@@ -109,7 +110,8 @@ def cases(ndims=(2, 3)):
                         continue  # backward-data dwroll kernels need stride 1
                     variants = [dict()]
                     if family is Family.DWROLL:
-                        variants = [dict(taps_w=available[label]["filter_size"][-2])]
+                        height = available[label]["filter_size"][-2]
+                        variants = [dict(taps_w=height), dict(taps_w=height, stages=2)]  # plain, loads ahead
                     if family in (Family.GEMM1X1, Family.TMA):
                         variants = [dict(vec=8)]
                     if family is Family.IGEMM and label == "grouped_odd":
@@ -155,7 +157,8 @@ def gpu_config(direction: Direction, dtype: DType, ndim: int, family: Family, nu
                         4 if family is Family.GMERGE else 1, vec)
 
 
-#: dwroll GPU-test tiles by filter height (forward / backward-data, backward-weight): spill-free on sm_90.
+#: dwroll GPU-test tiles by filter height (forward / backward-data, backward-weight), each plain and
+#: with loads one row ahead: spill-free on sm_90.
 DWROLL_GPU_TILES = {
     False: {3: ((16, 64, 4), (32, 64, 8)), 5: ((16, 64, 4), (32, 64, 8)), 7: ((16, 64, 4), (32, 64, 8))},
     True: {3: ((16, 64, 4), (32, 64, 8)), 5: ((16, 32, 4), (32, 32, 8)), 7: ((16, 16, 4), (32, 16, 8))},
@@ -170,10 +173,10 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
             continue
         if family is Family.DWROLL:  # each filter height, a 4-warp and an 8-warp tile
             for height, tiles in DWROLL_GPU_TILES[direction is Direction.BACKWARD_WEIGHT].items():
-                for block_w, block_n, num_warps in tiles:
+                for (block_w, block_n, num_warps), stages in itertools.product(tiles, (1, 2)):
                     for split_k in ((1, 16) if direction is Direction.BACKWARD_WEIGHT else (1,)):
                         out.append(KernelConfig(direction, dtype, ndim, family, block_w, block_n, height, num_warps,
-                                                1, 1, split_k, 1, 8))
+                                                stages, 1, split_k, 1, 8))
             continue
         if family is Family.TMA:  # aligned only; bf16/fp16
             if dtype is not DType.FP32:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import numpy as np
 
@@ -174,3 +175,147 @@ def test_launch_grid_is_the_launchers_grid():
                 assert row[column] == np.log(math.prod(main[-1].grid)), config.name
                 checked += 1
     assert checked > 100
+
+
+# ---- schema 3: dwroll -------------------------------------------------------------------------
+
+GOLDEN = Path(__file__).resolve().parent / "fixtures" / "schema2-golden"
+
+
+def test_schema_3_is_schema_2_plus_the_dwroll_group():
+    from tiledispatch.models.features import DWROLL_FEATURES, LAUNCH_FEATURES, LAUNCH_NAMES, ONE_HOT_FAMILIES
+
+    assert SCHEMA_VERSION == 3
+    assert FEATURE_SETS[3] == FEATURE_SETS[2] + DWROLL_FEATURES == FEATURE_NAMES
+    assert FEATURE_SETS[2] == FEATURE_SETS[1] + LAUNCH_FEATURES and len(FEATURE_SETS[2]) == 106
+    assert "k_dwroll" in DWROLL_FEATURES and "dwroll" in ONE_HOT_FAMILIES
+    assert not set(FEATURE_SETS[2]) & set(DWROLL_FEATURES)
+    assert set(LAUNCH_NAMES) - set(LAUNCH_FEATURES) == {"x_launch_dwroll_halo"}
+
+
+def test_schema_1_and_2_values_of_the_earlier_families_are_unchanged():
+    """The committed rows were made by the schema-2 engine (fixtures/schema2-golden/make.py): every
+    schema-2 value of igemm, gmerge, gemm1x1, direct and tma rows, and the schema-1 values of dwroll
+    rows (its launch values now follow its launchers), must come out the same."""
+    import json
+
+    from tiledispatch.native.configs import parse_kernel_name
+    from tiledispatch.native.problem import ConvProblem
+
+    document = json.loads((GOLDEN / "rows.json").read_text())
+    expected = np.load(GOLDEN / "values.npz")["values"]
+    assert tuple(document["feature_names"]) == FEATURE_SETS[2]
+    engine = FeatureEngine("sm_90")
+    columns = [engine.index[n] for n in FEATURE_SETS[2]]
+    schema1 = [i for i, n in enumerate(FEATURE_SETS[2]) if n in set(FEATURE_SETS[1])]
+    rows_of: dict[int, list[int]] = {}
+    for i, (problem_index, _) in enumerate(document["rows"]):
+        rows_of.setdefault(problem_index, []).append(i)
+    families = set()
+    for problem_index, rows in rows_of.items():
+        problem = ConvProblem.from_dict(document["problems"][problem_index])
+        configs = [parse_kernel_name(document["rows"][i][1]) for i in rows]
+        got = engine.build(problem, configs)[:, columns]
+        for row, i, config in zip(got, rows, configs):
+            families.add(config.family.value)
+            keep = schema1 if config.family.value == "dwroll" else slice(None)
+            np.testing.assert_allclose(row[keep], expected[i][keep], rtol=1e-12, atol=1e-12, err_msg=config.name)
+    assert families == {"igemm", "gmerge", "gemm1x1", "direct", "tma", "dwroll"}
+
+
+def _dwroll_problems():
+    from tiledispatch.native.problem import ConvProblem
+
+    out = []
+    for direction in Direction:
+        for size, filt, stride, batch, channels in (
+                ((56, 56), (3, 3), (1, 1), 16, 96), ((112, 112), (3, 3), (1, 1), 1, 32),
+                ((14, 14), (5, 5), (1, 1), 64, 480), ((7, 7), (7, 7), (1, 1), 128, 384),
+                ((28, 28), (3, 1), (1, 1), 8, 64), ((40, 33), (5, 5), (1, 2), 2, 144),
+                ((8, 28, 28), (3, 3, 3), (1, 1, 1), 2, 64), ((16, 14, 14), (1, 5, 5), (2, 1, 1), 1, 240)):
+            if direction is Direction.BACKWARD_DATA and any(s != 1 for s in stride):
+                continue
+            pad = tuple(f // 2 for f in filt)
+            out.append(ConvProblem(direction, "bf16", batch, channels, channels, channels, size, filt, stride,
+                                   (1,) * len(size), pad, pad))
+    return out
+
+
+def test_dwroll_launch_features_are_the_dwroll_launchers():
+    import math
+
+    import pytest
+
+    from tiledispatch.models import features
+    from tiledispatch.native.kernels import dwroll
+    from tiledispatch.native.launch import template_for
+
+    assert (features.DWROLL_TARGET_PROGRAMS, features.DWROLL_MIN_ROWS_PER_HALO) == (
+        dwroll.TARGET_PROGRAMS, dwroll.MIN_ROWS_PER_HALO)
+    engine = FeatureEngine("sm_90")
+    col = engine.index
+    checked = set()
+    for problem in _dwroll_problems():
+        ndims = [problem.ndim]
+        configs = [c for c in rule_set_configs("full", "sm_90", directions=[problem.direction], dtypes=["bf16"],
+                                               ndims=ndims) if c.family.value == "dwroll" and is_supported(problem, c)]
+        assert configs, problem.key
+        x = engine.build(problem, configs)
+        assert np.isfinite(x).all()
+        for row, config in zip(x, configs):
+            launches = template_for(config).plan(problem, config, None, None, None, _Workspace())
+            (roll,) = [launch for launch in launches if launch.program == "roll"]
+            grid = math.prod(roll.grid)
+            assert row[col["x_grid_log_ctas"]] == np.log(grid), config.name
+            assert row[col["x_grid_waves"]] == grid / 132
+            f_h = config.block_k
+            per_thread = config.block_m * config.block_n // (32 * config.num_warps)
+            out_w = (problem.input_size if problem.direction is Direction.BACKWARD_DATA else problem.output_size)[-1]
+            assert row[col["x_launch_tile_rows_useful"]] == out_w / (-(-out_w // config.block_m) * config.block_m)
+            assert row[col["x_launch_direct_tap_block"]] == 0
+            if problem.direction is Direction.BACKWARD_WEIGHT:
+                rows, per_split = dwroll.weight_tiling(problem, config)
+                assert roll.args[-2:] == (rows, per_split)
+                out_h = problem.output_size[-2]
+                strips = problem.batch * math.prod(problem.output_size[:-2]) * -(-out_w // config.block_m)
+                items = strips * -(-out_h // rows)
+                assert row[col["x_launch_split_used"]] == pytest.approx(-(-items // per_split) / config.split_k)
+                assert row[col["x_launch_log_reduction_per_cta"]] == pytest.approx(
+                    math.log(per_split * rows * config.block_m))
+                assert row[col["x_launch_log_steps_per_cta"]] == pytest.approx(math.log(per_split * (rows + f_h - 1)))
+                live = (f_h * f_h + f_h + 1) * per_thread
+                workspace = config.split_k * problem.weight_elements * 4.0 if config.split_k > 1 else 0.0
+                assert row[col["x_launch_log_splitk_workspace_bytes"]] == pytest.approx(np.log1p(workspace))
+            else:
+                rows = dwroll.data_rows(problem, config)
+                assert roll.args[-1] == rows
+                f_d = problem.filter_size[0] if problem.ndim == 3 else 1
+                assert row[col["x_launch_split_used"]] == 1
+                assert row[col["x_launch_log_reduction_per_cta"]] == pytest.approx(math.log(problem.filter_taps))
+                assert row[col["x_launch_log_steps_per_cta"]] == pytest.approx(math.log((rows + f_h - 1) * f_d))
+                live = (f_h + 1) * per_thread
+            assert row[col["x_launch_dwroll_halo"]] == (f_h - 1) / rows
+            assert row[col["k_dwroll_live_values"]] == live
+            assert row[col["k_dwroll"]] == 1 and row[[col[f"k_{f}"] for f in ("igemm", "gmerge", "gemm1x1",
+                                                                                "direct")]].sum() == 0
+            checked.add((problem.direction, rows > 1, problem.ndim))
+    assert len(checked) >= 6, checked
+
+
+def test_the_dwroll_group_is_zero_on_other_families_and_launch_off_zeroes_only_launch_names():
+    from tiledispatch.models.features import DWROLL_FEATURES, LAUNCH_NAMES
+
+    engine = FeatureEngine("sm_90")
+    problem = _dwroll_problems()[0]
+    configs = [c for c in rule_set_configs("default", "sm_90", directions=[problem.direction], dtypes=["bf16"],
+                                           ndims=[2]) if is_supported(problem, c)]
+    dw = np.array([c.family.value == "dwroll" for c in configs])
+    assert dw.any() and (~dw).any()
+    x = engine.build(problem, configs)
+    group = [engine.index[n] for n in DWROLL_FEATURES]
+    assert (x[~dw][:, group] == 0).all() and (x[dw][:, group] > 0).all()
+    off = engine.build(problem, configs, launch=False)
+    launch = [engine.index[n] for n in LAUNCH_NAMES]
+    assert (off[:, launch] == 0).all()
+    rest = [i for i in range(len(engine.names)) if i not in set(launch)]
+    np.testing.assert_array_equal(off[:, rest], x[:, rest])

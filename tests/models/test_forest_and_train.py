@@ -46,6 +46,16 @@ def test_training_is_bit_identical_and_writes_the_artifacts(tmp_path):
     manifest = json.loads((folders[0] / "train_manifest.json").read_text())
     assert manifest["gpus"] == ["NVIDIA H200"] and manifest["problems"] > 50
     assert 0 < manifest["cv"]["overall"]["mean"] <= 1
+    # The families of the training rows are recorded (the predictor ranks no other with the model).
+    assert manifest["families"] == ["direct", "gemm1x1", "gmerge", "igemm"]
+    # Default: the engine's newest schema (3), pinned in the recorded command.
+    from tiledispatch.models.features import FEATURE_SETS, SCHEMA_VERSION
+    from tiledispatch.models.predictor import load
+
+    spec = json.loads((folders[0] / "feature_spec.json").read_text())
+    assert spec["schema_version"] == SCHEMA_VERSION == 3 and spec["feature_names"] == list(FEATURE_SETS[3])
+    assert manifest["command"].split("--feature-set ")[1].split()[0] == "3"
+    assert load(folders[0]).seen_families == {"direct", "gemm1x1", "gmerge", "igemm"}
 
 
 def test_data_hash_ignores_row_order(frame):

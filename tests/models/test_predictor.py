@@ -83,3 +83,105 @@ def test_server_model_store_loads_and_chooses_by_version(tmp_path):
     chosen = store.choose(DType.BF16, Direction.FORWARD)
     assert (chosen.name, chosen.version) == ("lgbm-test", "10")
     assert store.choose(DType.BF16, Direction.BACKWARD_WEIGHT) is None
+
+
+# ---- families a model never saw are not ranked by it ------------------------------------------------
+
+ARTIFACTS = FIXTURE.parents[4] / "models" / "artifacts"
+EARLIER_FAMILIES = {"igemm", "gmerge", "gemm1x1", "direct"}
+
+
+def _depthwise(direction: Direction):
+    from tiledispatch.native.problem import ConvProblem
+
+    return ConvProblem(direction, "bf16", 16, 96, 96, 96, (56, 56), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
+
+
+def _candidates(problem):
+    from tiledispatch.native.rules import rule_set_configs
+    from tiledispatch.native.support import is_supported
+
+    return [c for c in rule_set_configs("default", "sm_90", directions=[problem.direction], dtypes=["bf16"],
+                                        ndims=[problem.ndim]) if is_supported(problem, c)]
+
+
+@pytest.mark.parametrize("folder", [FIXTURE, ARTIFACTS / "lgbm-sm_90-bf16-fwd" / "5",
+                                    ARTIFACTS / "lgbm-sm_90-bf16-bwd_data" / "5",
+                                    ARTIFACTS / "lgbm-sm_90-bf16-bwd_weight" / "4"],
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_model_without_k_dwroll_never_ranks_dwroll_candidates(folder):
+    from tiledispatch.models.predictor import rank
+
+    model = load(folder)
+    assert "k_dwroll" not in model.feature_names and "families" not in model.manifest
+    assert model.seen_families == EARLIER_FAMILIES  # the one-hots it has: exactly its training rows' families
+    problem = _depthwise(model.directions[0])
+    configs = _candidates(problem)
+    dwroll = [i for i, c in enumerate(configs) if c.family.value == "dwroll"]
+    assert dwroll and len(dwroll) < len(configs)
+    ranking = rank(model, problem, configs)
+    assert not {configs[i].family.value for i in ranking.order} - EARLIER_FAMILIES
+    assert ranking.unranked.tolist() == dwroll
+    assert sorted(ranking.order.tolist() + dwroll) == list(range(len(configs)))
+    assert ranking.predicted_us.shape == (len(configs),) and np.isfinite(ranking.predicted_us).all()
+    # The others rank as they would without the dwroll candidates.
+    others = [c for c in configs if c.family.value != "dwroll"]
+    alone = rank(model, problem, others)
+    assert [configs[i].name for i in ranking.order] == [others[i].name for i in alone.order]
+    assert alone.unranked.size == 0
+
+
+def test_when_no_candidate_is_of_a_seen_family_all_are_ranked():
+    from tiledispatch.models.predictor import rank
+
+    model = load(ARTIFACTS / "lgbm-sm_90-bf16-fwd" / "5")
+    problem = _depthwise(Direction.FORWARD)
+    configs = [c for c in _candidates(problem) if c.family.value == "dwroll"]
+    ranking = rank(model, problem, configs)
+    assert sorted(ranking.order.tolist()) == list(range(len(configs))) and ranking.unranked.size == 0
+    np.testing.assert_array_equal(ranking.order, np.argsort(-ranking.score, kind="stable"))
+
+
+def test_the_manifests_record_of_training_families_decides_when_present(tmp_path):
+    from tiledispatch.models.predictor import rank
+
+    folder = _copy(tmp_path)
+    problem = _depthwise(Direction.FORWARD)
+    configs = _candidates(problem)
+    for families in (["igemm"], sorted(EARLIER_FAMILIES | {"dwroll"})):
+        manifest = json.loads((folder / "train_manifest.json").read_text())
+        (folder / "train_manifest.json").write_text(json.dumps({**manifest, "families": families}))
+        model = load(folder)
+        assert model.seen_families == set(families)
+        ranking = rank(model, problem, configs)
+        assert {configs[i].family.value for i in ranking.order} == set(families) & {c.family.value for c in configs}
+
+
+def test_select_through_the_service_leaves_dwroll_to_a_model_that_saw_it(tmp_path):
+    """The server's Select ranks with ``models.predictor.rank``: the shipped (schema 1/2) models leave
+    dwroll out; asked for dwroll only, they rank it (never an empty answer); the analytic model ranks it."""
+    from tiledispatch.native.arch import get_arch
+    from tiledispatch.native.configs import Family
+    from tiledispatch.server.catalog import Catalog
+    from tiledispatch.server.metrics import Metrics
+    from tiledispatch.server.predictors import ModelStore
+    from tiledispatch.server.selection import Policy, Selector, SelectQuery, Source
+    from tiledispatch.server.tuning_db import TuningDB
+
+    spec = get_arch("sm_90")
+    db = TuningDB(tmp_path / "t.sqlite")
+    try:
+        selector = Selector(Catalog.load(None, spec), ModelStore.load(ARTIFACTS, spec), db, spec.name, Metrics())
+        for direction in Direction:
+            problem = _depthwise(direction)
+            selection = selector.select(SelectQuery(problem, top_k=0))
+            assert selection.source is Source.MODEL
+            families = {c.config.family.value for c in selection.candidates}
+            assert "dwroll" not in families and families <= EARLIER_FAMILIES
+            only = selector.select(SelectQuery(problem, top_k=0, families=frozenset({Family.DWROLL})))
+            assert only.source is Source.MODEL and only.candidates
+            assert {c.config.family.value for c in only.candidates} == {"dwroll"}
+            analytic = selector.select(SelectQuery(problem, top_k=0, policy=Policy.ANALYTIC_ONLY))
+            assert "dwroll" in {c.config.family.value for c in analytic.candidates}
+    finally:
+        db.close()
