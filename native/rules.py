@@ -45,10 +45,6 @@ _DIRECT_TAPS_W = (1, 4, 8)
 MAX_DIRECT_ELEMENTS_PER_THREAD = 64
 _DWROLL_BLOCK_W = (8, 16, 32, 64, 128)
 _DWROLL_BLOCK_N = (16, 32, 64, 128)
-#: Splits past the others' 64 for dwroll backward-weight: a program owns a channel block and a depth tap,
-#: so a 3x3 filter over 144 channels at 64 splits is 320 programs, 0.81 waves of 165-register programs on an
-#: H200 (Nsight Compute, achieved occupancy 15 %).
-_DWROLL_WIDE_SPLITS = (128, 256)
 #: Filter heights dwroll kernels are generated for (the depthwise filters networks use).
 _DWROLL_FILTER_HEIGHTS = (3, 5, 7)
 #: fp32 values a dwroll thread keeps live (accumulators, the backward-weight dY window and the
@@ -92,7 +88,7 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
             continue
         if family is Family.DWROLL:
             domains = (_DWROLL_BLOCK_W, _DWROLL_BLOCK_N, _DWROLL_FILTER_HEIGHTS, _DIRECT_WARPS, (1, 2),
-                       (1, *_SPLIT_K[3:], *_DWROLL_WIDE_SPLITS) if bwd_weight else (1,), (False, True))
+                       (1, *_SPLIT_K[3:]) if bwd_weight else (1,), (False, True))
             for bw, bn, fh, warps, stages, sk, i64 in itertools.product(*domains):
                 yield KernelConfig(direction, dtype, ndim, family, bw, bn, fh, warps, stages, 1, sk, 1, 8, i64)
             continue
@@ -187,8 +183,7 @@ def _default_rule(config: KernelConfig) -> bool:
         if c.direction is Direction.BACKWARD_WEIGHT:
             if c.split_k == 1:  # one program per channel block and depth tap: the unsplit path, for CI's compile check
                 return tile == (16, 64, 4) and c.block_k == 3 and c.num_stages == 1
-            splits = (16, 64, 128, 256) if c.block_k == 3 else (16, 64)  # 3x3: fill the GPU (see _DWROLL_WIDE_SPLITS)
-            return tile in DWROLL_WEIGHT_TILES[c.block_k] and c.split_k in splits
+            return tile in DWROLL_WEIGHT_TILES[c.block_k] and c.split_k in (16, 64)
         if c.num_stages == 2:
             return tile in DWROLL_PREFETCH_DATA_TILES[c.block_k]
         return tile in DWROLL_DATA_TILES[c.block_k]
