@@ -57,6 +57,7 @@ import numpy as np
 from tiledispatch.models import analytic
 from tiledispatch.native.arch import ArchSpec, get_arch
 from tiledispatch.native.configs import KernelConfig
+from tiledispatch.native.kernels import dwroll_tiling
 from tiledispatch.native.kernels.direct_tiling import bwd_weight_tiling
 from tiledispatch.native.problem import ConvProblem, Direction, ProblemClass
 
@@ -122,10 +123,12 @@ LAUNCH_FEATURES = (
     "x_launch_direct_tap_block", "x_launch_tile_rows_useful",
 )
 
-#: Schema 3: dwroll's one-hot; the fp32 values a dwroll thread keeps live, as ``native/rules.py``
-#: bounds them against spills — ``(F_H + 1)·e`` forward / backward-data (F_H rolling accumulators and
-#: the input tile), ``(F_H² + F_H + 1)·e`` backward-weight (F_H² accumulators, the F_H-row dY window
-#: and the input tile), ``e = BLOCK_W·BLOCK_N / (32·warps)``, ``F_H`` = ``block_k``; and the row-chunk
+#: Schema 3: dwroll's one-hot; the fp32 values a dwroll thread keeps live in the plain (num_stages 1)
+#: walk — ``(F_H + 1)·e`` forward / backward-data (F_H rolling accumulators and the input tile),
+#: ``(F_H² + F_H + 1)·e`` backward-weight (F_H² accumulators, the F_H-row dY window and the input
+#: tile), ``e = BLOCK_W·BLOCK_N / (32·warps)``, ``F_H`` = ``block_k`` (the next row's raw tiles that
+#: the num_stages-2 kernels also hold, and ``native/rules.py`` adds against spills, are not in it:
+#: ``k_num_stages`` tells the two apart, and the name keeps the meaning it was trained with); and the row-chunk
 #: halo fraction ``(F_H − 1) / ROWS`` (input rows a chunk reads beyond its own, per row). All three
 #: are 0 on rows of other families; the halo (a launch feature) is 0 too when the launch group is off.
 DWROLL_FEATURES = ("k_dwroll", "k_dwroll_live_values", "x_launch_dwroll_halo")
@@ -152,10 +155,6 @@ FEATURE_SETS: dict[int, tuple[str, ...]] = {
     3: FEATURE_NAMES,
 }
 
-#: ``native/kernels/dwroll.py``'s row-chunk constants (``TARGET_PROGRAMS``, ``MIN_ROWS_PER_HALO``),
-#: repeated here so the engine stays free of Triton; a test checks they are the kernels'.
-DWROLL_TARGET_PROGRAMS = 1056
-DWROLL_MIN_ROWS_PER_HALO = 2
 
 
 def _log(x):
@@ -170,18 +169,11 @@ def _pad3(values: Sequence[int], fill: int) -> tuple[int, int, int]:
     return (fill,) * (3 - len(values)) + tuple(values)
 
 
-def _dwroll_row_chunk(strips: np.ndarray, out_h: int, f_h: int) -> np.ndarray:
-    """``dwroll._row_chunk``, vectorised over ``strips``."""
-    chunks = np.maximum(1, np.minimum(_cdiv(DWROLL_TARGET_PROGRAMS, np.maximum(strips, 1)), out_h))
-    shortest = max(4, DWROLL_MIN_ROWS_PER_HALO * (f_h - 1))
-    return np.maximum(min(out_h, shortest), _cdiv(out_h, chunks))
-
-
 def dwroll_geometry(p: ConvProblem, block_m: np.ndarray, block_n: np.ndarray, block_k: np.ndarray,
                     num_warps: np.ndarray, split_k: np.ndarray) -> dict[str, np.ndarray]:
     """The launch of dwroll configs (int64 columns of their fields) on ``p``, as
-    ``native/kernels/dwroll.py`` plans it (``data_rows``/``weight_tiling``/``plan``), without
-    Triton: ``grid`` (CTAs of the rolling launch), ``rows`` (ROWS), ``items_per_split``
+    ``native/kernels/dwroll.py`` plans it (:mod:`~tiledispatch.native.kernels.dwroll_tiling`, vectorised
+    over the configs): ``grid`` (CTAs of the rolling launch), ``rows`` (ROWS), ``items_per_split``
     (backward-weight; 0 otherwise), ``items`` (backward-weight work items), and the feature values
     ``reduction``, ``steps``, ``split_used``, ``useful``, ``halo``, ``live_values`` (see
     :data:`LAUNCH_FEATURES` and :data:`DWROLL_FEATURES`)."""
@@ -191,7 +183,7 @@ def dwroll_geometry(p: ConvProblem, block_m: np.ndarray, block_n: np.ndarray, bl
     if p.direction is Direction.BACKWARD_WEIGHT:
         out_d, out_h, out_w = _pad3(p.output_size, 1)
         strips = p.batch * out_d * _cdiv(out_w, block_m)
-        rows = _dwroll_row_chunk(strips * _cdiv(DWROLL_TARGET_PROGRAMS, split_k), out_h, f_h)
+        rows = dwroll_tiling.row_chunk(strips * _cdiv(dwroll_tiling.TARGET_PROGRAMS, split_k), out_h, f_h)
         items = strips * _cdiv(out_h, rows)
         per_split = _cdiv(items, split_k)
         grid = _cdiv(channels, block_n) * f_d * split_k
@@ -204,7 +196,7 @@ def dwroll_geometry(p: ConvProblem, block_m: np.ndarray, block_n: np.ndarray, bl
         extents = p.output_size if p.direction is Direction.FORWARD else p.input_size
         out_d, out_h, out_w = _pad3(extents, 1)
         strips = _cdiv(channels, block_n) * _cdiv(out_w, block_m) * p.batch * out_d
-        rows = _dwroll_row_chunk(strips, out_h, f_h)
+        rows = dwroll_tiling.row_chunk(strips, out_h, f_h)
         grid = strips * _cdiv(out_h, rows)
         items = per_split = np.zeros_like(block_m)
         reduction = np.full(len(block_m), p.filter_taps)  # C/G = 1: one output's dot runs over the taps

@@ -48,17 +48,13 @@ from tiledispatch.native.kernels.direct import (
     tap_major_launch,
     tap_major_program,
 )
+from tiledispatch.native.kernels.dwroll_tiling import data_geometry, data_rows, weight_tiling
 from tiledispatch.native.problem import ConvProblem, Direction
 
 _DATA_PARAMS = ("BATCH", "CHANNELS", "IN_D", "IN_H", "IN_W", "OUT_D", "OUT_H", "OUT_W", "F_D", "F_W",
                 "STR_D", "STR_W", "DIL_D", "DIL_W", "PAD_D", "PAD_H", "PAD_W", "ROWS")
 _WEIGHT_PARAMS = _DATA_PARAMS + ("ITEMS_PER_SPLIT",)
 
-#: Programs a launch aims for before it splits the output rows into chunks: 8 per SM of a 132-SM
-#: GPU. Fewer leave SMs idle (one strip is one program); more only add halo rows (F_H − 1 per chunk).
-TARGET_PROGRAMS = 1056
-#: Rows of the shortest chunk, as a multiple of the halo (F_H − 1 extra input rows per chunk).
-MIN_ROWS_PER_HALO = 2
 
 
 @triton.jit
@@ -392,48 +388,8 @@ def _dwroll_bwd_weight_prefetch_kernel(
                  mask=col_ok & (tw < F_W))
 
 
-def _row_chunk(strips: int, out_h: int, f_h: int) -> int:
-    """Output rows per chunk: whole columns when ``strips`` programs already fill the GPU, else chunks
-    of at least ``MIN_ROWS_PER_HALO·(F_H − 1)`` rows (or 4) until about :data:`TARGET_PROGRAMS`."""
-    chunks = max(1, min(cdiv(TARGET_PROGRAMS, max(strips, 1)), out_h))
-    shortest = max(4, MIN_ROWS_PER_HALO * (f_h - 1))
-    return max(min(out_h, shortest), cdiv(out_h, chunks))
-
-
-def _data_geometry(problem: ConvProblem) -> dict[str, tuple[int, ...]]:
-    """Extents and pads of the forward pass the kernel runs: the problem's own (forward and
-    backward-weight), or over dY with the flipped filter (backward-data: stride 1,
-    ``pad' = dil·(F − 1) − pad_begin``)."""
-    filt = as3d(problem.filter_size, 1)
-    dil = as3d(problem.dilation, 1)
-    if problem.direction is not Direction.BACKWARD_DATA:
-        return {"in": as3d(problem.input_size, 1), "out": as3d(problem.output_size, 1), "filter": filt,
-                "stride": as3d(problem.stride, 1), "dil": dil, "pad": as3d(problem.pad_begin, 0)}
-    pads = tuple(d * (f - 1) - p for d, f, p in zip(dil, filt, as3d(problem.pad_begin, 0)))
-    return {"in": as3d(problem.output_size, 1), "out": as3d(problem.input_size, 1), "filter": filt,
-            "stride": (1, 1, 1), "dil": dil, "pad": pads}
-
-
-def data_rows(problem: ConvProblem, config: KernelConfig) -> int:
-    """ROWS of a forward / backward-data launch (see :func:`_row_chunk`)."""
-    geo = _data_geometry(problem)
-    out_d, out_h, out_w = geo["out"]
-    strips = cdiv(problem.in_channels, config.block_n) * cdiv(out_w, config.block_m) * problem.batch * out_d
-    return _row_chunk(strips, out_h, geo["filter"][1])
-
-
-def weight_tiling(problem: ConvProblem, config: KernelConfig) -> tuple[int, int]:
-    """(ROWS, ITEMS_PER_SPLIT) of a backward-weight launch: chunks so that there are about
-    ``split_k`` work items per split or more, items split evenly."""
-    out_d, out_h, out_w = as3d(problem.output_size, 1)
-    strips = problem.batch * out_d * cdiv(out_w, config.block_m)
-    rows = _row_chunk(strips * cdiv(TARGET_PROGRAMS, config.split_k), out_h, problem.filter_size[-2])
-    items = strips * cdiv(out_h, rows)
-    return rows, cdiv(items, config.split_k)
-
-
 def _data_args(problem: ConvProblem) -> tuple[int, ...]:
-    geo = _data_geometry(problem)
+    geo = data_geometry(problem)
     (in_d, in_h, in_w), (out_d, out_h, out_w) = geo["in"], geo["out"]
     f_d, _, f_w = geo["filter"]
     (str_d, _, str_w), (dil_d, _, dil_w), (pad_d, pad_h, pad_w) = geo["stride"], geo["dil"], geo["pad"]
@@ -471,7 +427,7 @@ class DwrollData:
 
     def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
         rows = data_rows(problem, config)
-        geo = _data_geometry(problem)
+        geo = data_geometry(problem)
         out_d, out_h, out_w = geo["out"]
         grid = (cdiv(problem.in_channels, config.block_n) * cdiv(out_w, config.block_m) * cdiv(out_h, rows)
                 * problem.batch * out_d, 1, 1)

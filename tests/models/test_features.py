@@ -246,12 +246,9 @@ def test_dwroll_launch_features_are_the_dwroll_launchers():
 
     import pytest
 
-    from tiledispatch.models import features
     from tiledispatch.native.kernels import dwroll
     from tiledispatch.native.launch import template_for
 
-    assert (features.DWROLL_TARGET_PROGRAMS, features.DWROLL_MIN_ROWS_PER_HALO) == (
-        dwroll.TARGET_PROGRAMS, dwroll.MIN_ROWS_PER_HALO)
     engine = FeatureEngine("sm_90")
     col = engine.index
     checked = set()
