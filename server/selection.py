@@ -161,6 +161,11 @@ class Selector:
         return trained or self.models.analytic
 
     def _ranked_candidates(self, query: SelectQuery, predictor: Predictor) -> list[Candidate]:
+        return self._candidates(query, predictor)[0]
+
+    def _candidates(self, query: SelectQuery, predictor: Predictor) -> tuple[list[Candidate], list[Candidate]]:
+        """(ranked, unranked): the predictor's order, and the candidates it may not rank (families a
+        trained model never saw, ``Ranking.unranked``): those reach an answer only through a measurement."""
         problem = query.problem
         configs = self.catalog.candidates(problem, query.families)
         if not configs:
@@ -169,14 +174,17 @@ class Selector:
                                 f"{self.catalog.source} supports this problem ({problem.key})", field="problem")
         # The ranker's order where the model has one, else ascending predicted µs (ties keep name order).
         ranking = rank(predictor, problem, configs)
-        return [Candidate(configs[i], float(ranking.predicted_us[i])) for i in ranking.order]
+        return ([Candidate(configs[i], float(ranking.predicted_us[i])) for i in ranking.order],
+                [Candidate(configs[i], float(ranking.predicted_us[i])) for i in ranking.unranked])
 
     def _rank(self, query: SelectQuery, predictor: Predictor) -> Selection:
-        ranked = self._ranked_candidates(query, predictor)
+        ranked, unranked = self._candidates(query, predictor)
         source = Source.ANALYTIC if predictor.kind == "analytic" else Source.MODEL
         if query.policy in (Policy.DEFAULT, Policy.TUNING_DB_ONLY):
             measured = {b.kernel: b.time_us for b in self.db.best_times(query.problem.key, self.device)}
-            hits = [replace(c, measured_us=measured[c.config.name]) for c in ranked if c.config.name in measured]
+            # A measurement is evidence for any candidate, including one the model may not rank.
+            hits = [replace(c, measured_us=measured[c.config.name]) for c in ranked + unranked
+                    if c.config.name in measured]
             if hits:
                 hits.sort(key=lambda c: (c.measured_us, c.config.name))
                 rest = [c for c in ranked if c.config.name not in measured]

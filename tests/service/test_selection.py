@@ -192,3 +192,29 @@ def test_negative_top_k(parts):
     with pytest.raises(InvalidArgument) as caught:
         selector.select(SelectQuery(problem(), top_k=-1))
     assert caught.value.field == "top_k"
+
+
+class StubNarrowModel(StubModel):
+    """A trained model that ranks only the direct family (as a model that never saw the others would)."""
+
+    def rank(self, problem, configs):
+        from tiledispatch.models.predictor import Ranking
+
+        seen = np.array([c.family is Family.DIRECT for c in configs])
+        return Ranking.of(self.predict_us(problem, configs), ranked=seen)
+
+
+def test_a_measured_kernel_the_model_may_not_rank_still_wins(parts):
+    selector, db, models = parts
+    models.trained.append(StubNarrowModel("narrow", "1"))
+    p = problem()
+    selection = selector.select(SelectQuery(p))
+    assert selection.source is Source.MODEL and {c.config.family for c in selection.candidates} == {Family.DIRECT}
+    unseen = next(c for c in selector.catalog.candidates(p, ()) if c.family is not Family.DIRECT)
+    db.record([MeasurementRow(p.key, p.to_json(), unseen.name, "sm_90", "h200", "gpu", 1.0, 1.0, None, "ok", 0.0, "",
+                              "test")])
+    selector.invalidate()
+    selection = selector.select(SelectQuery(p))
+    assert selection.source is Source.TUNING_DB and selection.best.config.name == unseen.name
+    # the unmeasured rest is the model's ranking: no other unranked family is added
+    assert {c.config.family for c in selection.candidates[1:]} == {Family.DIRECT}
