@@ -939,6 +939,13 @@ def _rows_programs(fn, config: KernelConfig, types: dict[str, str], constexprs: 
             "tap_major": tap_major_program(config, flip=False)}
 
 
+def splitk_reduce_program(config: KernelConfig) -> Program:
+    """The fixed-order sum of ``split_k`` fp32 backward-weight partials into dW (direct and dwroll)."""
+    return Program(_direct_splitk_reduce_kernel,
+                   {"SPLIT_K": config.split_k, "BLOCK": REDUCE_BLOCK, "INDEX64": config.index64},
+                   {"ws_ptr": "*fp32", "dw_ptr": pointer_type(config.dtype), "ELEMENTS": int_type(config)}, 4, 1)
+
+
 def tap_major_program(config: KernelConfig, *, flip: bool) -> Program:
     """The depthwise weight transposition ``W[k, tap] → wt[tap, k]`` (fp32, taps reversed with ``flip``)
     that feeds the tap-row and dwroll programs."""
@@ -1037,10 +1044,7 @@ class DirectBackwardWeight:
         else:
             programs = _two_programs(_direct_bwd_weight_kernel, config, types, constexprs, passes=False)
         if config.split_k > 1:
-            programs["reduce"] = Program(
-                _direct_splitk_reduce_kernel,
-                {"SPLIT_K": config.split_k, "BLOCK": REDUCE_BLOCK, "INDEX64": config.index64},
-                {"ws_ptr": "*fp32", "dw_ptr": ptr, "ELEMENTS": ints}, 4, 1)
+            programs["reduce"] = splitk_reduce_program(config)
         return programs
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:

@@ -43,8 +43,8 @@ from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.kernels.base import Launch, Program, as3d, cdiv, int_type, pointer_type
 from tiledispatch.native.kernels.direct import (
     REDUCE_BLOCK,
-    _direct_splitk_reduce_kernel,
     _f32,
+    splitk_reduce_program,
     tap_major_launch,
     tap_major_program,
 )
@@ -76,13 +76,11 @@ def _add_filter_rows(acc, xv, wt_ptr, w_row, F_W, C, cols, F_H: tl.constexpr):
 
 
 @triton.jit
-def _dwroll_data_kernel(
-    x_ptr, wt_ptr, y_ptr,
-    BATCH, CHANNELS, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W, F_D, F_W,
-    STR_D, STR_W, DIL_D, DIL_W, PAD_D, PAD_H, PAD_W, ROWS,
-    BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, F_H: tl.constexpr, INDEX64: tl.constexpr,
-):
-    """Forward (and backward-data as a forward over dY with flipped taps): see the module docstring."""
+def _strip_origin(CHANNELS, OUT_D, OUT_H, OUT_W, STR_D, STR_W, PAD_D, PAD_W, ROWS,
+                  BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, INDEX64: tl.constexpr):
+    """This program's strip of a forward / backward-data launch: (C, n, channel columns and their mask,
+    the strip's first input column per output column, first output row and rows of the chunk, first
+    input depth, the store mask and offsets within a row, and the chunk's first output row offset)."""
     C = (CHANNELS // 8) * 8  # lets the compiler prove 16-byte alignment of every channel run
     pid = tl.program_id(0)
     num_c = tl.cdiv(C, BLOCK_N)
@@ -110,6 +108,19 @@ def _dwroll_data_kernel(
     store_mask = (ow < OUT_W)[:, None] & col_ok[None, :]
     y_tile = (ow * C)[:, None] + cols[None, :]
     y_row0 = ((n * OUT_D + od) * OUT_H + oh0) * OUT_W * C
+    return C, n, cols, col_ok, base_w, oh0, rows_here, base_d, store_mask, y_tile, y_row0
+
+
+@triton.jit
+def _dwroll_data_kernel(
+    x_ptr, wt_ptr, y_ptr,
+    BATCH, CHANNELS, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W, F_D, F_W,
+    STR_D, STR_W, DIL_D, DIL_W, PAD_D, PAD_H, PAD_W, ROWS,
+    BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, F_H: tl.constexpr, INDEX64: tl.constexpr,
+):
+    """Forward (and backward-data as a forward over dY with flipped taps): see the module docstring."""
+    C, n, cols, col_ok, base_w, oh0, rows_here, base_d, store_mask, y_tile, y_row0 = _strip_origin(
+        CHANNELS, OUT_D, OUT_H, OUT_W, STR_D, STR_W, PAD_D, PAD_W, ROWS, BLOCK_W, BLOCK_N, INDEX64)
 
     acc = _zeros_tuple(F_H, BLOCK_W, BLOCK_N)
     for s in range(0, rows_here + F_H - 1):
@@ -167,33 +178,9 @@ def _dwroll_data_prefetch_kernel(
     loop over units (step, depth tap), and each iteration issues the next unit's ``F_H`` column
     shifts before the current unit's FMAs, so a row's memory latency overlaps the previous row's
     arithmetic instead of stalling every step (the plain kernel keeps one row's loads in flight)."""
-    C = (CHANNELS // 8) * 8
-    pid = tl.program_id(0)
-    num_c = tl.cdiv(C, BLOCK_N)
-    num_w = tl.cdiv(OUT_W, BLOCK_W)
-    num_h = tl.cdiv(OUT_H, ROWS)
-    pid_c = pid % num_c
-    rest = pid // num_c
-    pid_w = rest % num_w
-    rest = rest // num_w
-    pid_h = rest % num_h
-    nd = rest // num_h
-    od = nd % OUT_D
-    n = nd // OUT_D
-    if INDEX64:
-        n = n.to(tl.int64)
-
-    cols = pid_c * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_ok = cols < C
-    ow = pid_w * BLOCK_W + tl.arange(0, BLOCK_W)
-    base_w = ow * STR_W - PAD_W
-    oh0 = pid_h * ROWS
-    rows_here = tl.minimum(ROWS, OUT_H - oh0)
-    base_d = od * STR_D - PAD_D
+    C, n, cols, col_ok, base_w, oh0, rows_here, base_d, store_mask, y_tile, y_row0 = _strip_origin(
+        CHANNELS, OUT_D, OUT_H, OUT_W, STR_D, STR_W, PAD_D, PAD_W, ROWS, BLOCK_W, BLOCK_N, INDEX64)
     x_plane = n * IN_D
-    store_mask = (ow < OUT_W)[:, None] & col_ok[None, :]
-    y_tile = (ow * C)[:, None] + cols[None, :]
-    y_row0 = ((n * OUT_D + od) * OUT_H + oh0) * OUT_W * C
 
     units = (rows_here + F_H - 1) * F_D
     nxt = _load_unit(x_ptr, 0, units, F_D, oh0, PAD_H, IN_H, IN_D, base_d, DIL_D, x_plane, IN_W, C, base_w, DIL_W,
@@ -229,14 +216,10 @@ def _pair_window(acc, xv, window, tw: tl.constexpr, F_H: tl.constexpr):
 
 
 @triton.jit
-def _dwroll_bwd_weight_kernel(
-    x_ptr, dy_ptr, out_ptr,
-    BATCH, CHANNELS, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W, F_D, F_W,
-    STR_D, STR_W, DIL_D, DIL_W, PAD_D, PAD_H, PAD_W, ROWS, ITEMS_PER_SPLIT,
-    BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, F_H: tl.constexpr, SPLIT_K: tl.constexpr,
-    INDEX64: tl.constexpr,
-):
-    """Backward-weight: see the module docstring. ``F_W ≤ F_H``; grid = (channel blocks × F_D, split_k)."""
+def _weight_program(BATCH, CHANNELS, OUT_D, OUT_H, OUT_W, ROWS, ITEMS_PER_SPLIT,
+                    BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr):
+    """This backward-weight program's share: (C, depth tap, split, strips and row chunks per plane, its
+    first and past-last work item, channel columns and their mask, the strip's column offsets)."""
     C = (CHANNELS // 8) * 8
     num_c = tl.cdiv(C, BLOCK_N)
     pid_c = tl.program_id(0) % num_c
@@ -251,17 +234,51 @@ def _dwroll_bwd_weight_kernel(
     cols = pid_c * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < C
     strip = tl.arange(0, BLOCK_W)
+    return C, td, split, num_w, num_h, first, last, cols, col_ok, strip
+
+
+@triton.jit
+def _weight_item(item, num_w, num_h, OUT_D, STR_D, PAD_D, DIL_D, td, INDEX64: tl.constexpr):
+    """Work item → (strip, row chunk, o_d, n, input depth of depth tap ``td``)."""
+    pid_w = item % num_w
+    rest = item // num_w
+    pid_h = rest % num_h
+    nd = rest // num_h
+    od = nd % OUT_D
+    n = nd // OUT_D
+    if INDEX64:
+        n = n.to(tl.int64)
+    i_d = od * STR_D - PAD_D + td * DIL_D
+    return pid_w, pid_h, od, n, i_d
+
+
+@triton.jit
+def _store_weight_partials(out_ptr, acc, split, C, cols, col_ok, td, F_D, F_W, F_H: tl.constexpr):
+    """Sum each tap's tile over the strip and store it: dW[k, tap] at k·taps + tap (C/G = 1),
+    tap = (t_d·F_H + t_h)·F_W + t_w; split partials go to workspace[split] in the same layout."""
+    taps = F_D * F_H * F_W
+    out_ptrs = out_ptr + split.to(tl.int64) * (C * taps) + (cols * taps + td * F_H * F_W)
+    for i in tl.static_range(F_H * F_H):
+        th = i // F_H
+        tw = i % F_H
+        tl.store(out_ptrs + (th * F_W + tw), tl.sum(acc[i], axis=0).to(out_ptr.dtype.element_ty),
+                 mask=col_ok & (tw < F_W))
+
+
+@triton.jit
+def _dwroll_bwd_weight_kernel(
+    x_ptr, dy_ptr, out_ptr,
+    BATCH, CHANNELS, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W, F_D, F_W,
+    STR_D, STR_W, DIL_D, DIL_W, PAD_D, PAD_H, PAD_W, ROWS, ITEMS_PER_SPLIT,
+    BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, F_H: tl.constexpr, SPLIT_K: tl.constexpr,
+    INDEX64: tl.constexpr,
+):
+    """Backward-weight: see the module docstring. ``F_W ≤ F_H``; grid = (channel blocks × F_D, split_k)."""
+    C, td, split, num_w, num_h, first, last, cols, col_ok, strip = _weight_program(
+        BATCH, CHANNELS, OUT_D, OUT_H, OUT_W, ROWS, ITEMS_PER_SPLIT, BLOCK_W, BLOCK_N)
     acc = _zeros_tuple(F_H * F_H, BLOCK_W, BLOCK_N)
     for item in range(first, last):
-        pid_w = item % num_w
-        rest = item // num_w
-        pid_h = rest % num_h
-        nd = rest // num_h
-        od = nd % OUT_D
-        n = nd // OUT_D
-        if INDEX64:
-            n = n.to(tl.int64)
-        i_d = od * STR_D - PAD_D + td * DIL_D
+        pid_w, pid_h, od, n, i_d = _weight_item(item, num_w, num_h, OUT_D, STR_D, PAD_D, DIL_D, td, INDEX64)
         if (i_d >= 0) & (i_d < IN_D):  # uniform: otherwise this depth tap sees only padding
             ow = pid_w * BLOCK_W + strip
             ow_ok = (ow < OUT_W)[:, None] & col_ok[None, :]
@@ -290,15 +307,7 @@ def _dwroll_bwd_weight_kernel(
                                          mask=ok[:, None] & col_ok[None, :], other=0.0)
                             acc = _pair_window(acc, _f32(xv), window, tw, F_H)
 
-    # dW[k, tap] at k·taps + tap (C/G = 1), tap = (t_d·F_H + t_h)·F_W + t_w; split partials go to
-    # workspace[split] in the same layout.
-    taps = F_D * F_H * F_W
-    out_ptrs = out_ptr + split.to(tl.int64) * (C * taps) + (cols * taps + td * F_H * F_W)
-    for i in tl.static_range(F_H * F_H):
-        th = i // F_H
-        tw = i % F_H
-        tl.store(out_ptrs + (th * F_W + tw), tl.sum(acc[i], axis=0).to(out_ptr.dtype.element_ty),
-                 mask=col_ok & (tw < F_W))
+    _store_weight_partials(out_ptr, acc, split, C, cols, col_ok, td, F_D, F_W, F_H)
 
 
 @triton.jit
@@ -330,31 +339,11 @@ def _dwroll_bwd_weight_prefetch_kernel(
 ):
     """:func:`_dwroll_bwd_weight_kernel` with each step's dY row and input shifts loaded one step ahead
     (``num_stages`` 2); rows outside the input load zeros instead of being branched around."""
-    C = (CHANNELS // 8) * 8
-    num_c = tl.cdiv(C, BLOCK_N)
-    pid_c = tl.program_id(0) % num_c
-    td = tl.program_id(0) // num_c
-    split = tl.program_id(1)
-    num_w = tl.cdiv(OUT_W, BLOCK_W)
-    num_h = tl.cdiv(OUT_H, ROWS)
-    items = BATCH * OUT_D * num_w * num_h
-    first = split * ITEMS_PER_SPLIT
-    last = tl.minimum(first + ITEMS_PER_SPLIT, items)
-
-    cols = pid_c * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_ok = cols < C
-    strip = tl.arange(0, BLOCK_W)
+    C, td, split, num_w, num_h, first, last, cols, col_ok, strip = _weight_program(
+        BATCH, CHANNELS, OUT_D, OUT_H, OUT_W, ROWS, ITEMS_PER_SPLIT, BLOCK_W, BLOCK_N)
     acc = _zeros_tuple(F_H * F_H, BLOCK_W, BLOCK_N)
     for item in range(first, last):
-        pid_w = item % num_w
-        rest = item // num_w
-        pid_h = rest % num_h
-        nd = rest // num_h
-        od = nd % OUT_D
-        n = nd // OUT_D
-        if INDEX64:
-            n = n.to(tl.int64)
-        i_d = od * STR_D - PAD_D + td * DIL_D
+        pid_w, pid_h, od, n, i_d = _weight_item(item, num_w, num_h, OUT_D, STR_D, PAD_D, DIL_D, td, INDEX64)
         if (i_d >= 0) & (i_d < IN_D):
             ow = pid_w * BLOCK_W + strip
             ow_ok = (ow < OUT_W)[:, None] & col_ok[None, :]
@@ -379,13 +368,7 @@ def _dwroll_bwd_weight_prefetch_kernel(
                     if tw < F_W:
                         acc = _pair_window(acc, _f32(cur_x[tw]), window, tw, F_H)
 
-    taps = F_D * F_H * F_W
-    out_ptrs = out_ptr + split.to(tl.int64) * (C * taps) + (cols * taps + td * F_H * F_W)
-    for i in tl.static_range(F_H * F_H):
-        th = i // F_H
-        tw = i % F_H
-        tl.store(out_ptrs + (th * F_W + tw), tl.sum(acc[i], axis=0).to(out_ptr.dtype.element_ty),
-                 mask=col_ok & (tw < F_W))
+    _store_weight_partials(out_ptr, acc, split, C, cols, col_ok, td, F_D, F_W, F_H)
 
 
 def _data_args(problem: ConvProblem) -> tuple[int, ...]:
@@ -449,10 +432,7 @@ class DwrollBackwardWeight:
         kernel = _dwroll_bwd_weight_prefetch_kernel if config.num_stages == 2 else _dwroll_bwd_weight_kernel
         programs = {"roll": Program(kernel, constexprs, types, config.num_warps, 1)}
         if config.split_k > 1:
-            programs["reduce"] = Program(
-                _direct_splitk_reduce_kernel,
-                {"SPLIT_K": config.split_k, "BLOCK": REDUCE_BLOCK, "INDEX64": config.index64},
-                {"ws_ptr": "*fp32", "dw_ptr": ptr, "ELEMENTS": ints}, 4, 1)
+            programs["reduce"] = splitk_reduce_program(config)
         return programs
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
