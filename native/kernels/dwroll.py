@@ -253,6 +253,22 @@ def _weight_item(item, num_w, num_h, OUT_D, STR_D, PAD_D, DIL_D, td, INDEX64: tl
 
 
 @triton.jit
+def _item_geometry(pid_w, pid_h, od, n, i_d, strip, C, cols, col_ok, IN_D, IN_H, OUT_D, OUT_H, OUT_W, STR_W, PAD_W,
+                   ROWS, BLOCK_W: tl.constexpr):
+    """A work item's strip: (dY tile mask, first input column per output column, first and past-last
+    output row, dY and input plane row offsets, dY tile offsets within a row)."""
+    ow = pid_w * BLOCK_W + strip
+    ow_ok = (ow < OUT_W)[:, None] & col_ok[None, :]
+    base_w = ow * STR_W - PAD_W
+    oh0 = pid_h * ROWS
+    oh_end = tl.minimum(oh0 + ROWS, OUT_H)
+    dy_plane = (n * OUT_D + od) * OUT_H
+    x_plane = (n * IN_D + i_d) * IN_H
+    dy_tile = (ow * C)[:, None] + cols[None, :]
+    return ow_ok, base_w, oh0, oh_end, dy_plane, x_plane, dy_tile
+
+
+@triton.jit
 def _store_weight_partials(out_ptr, acc, split, C, cols, col_ok, td, F_D, F_W, F_H: tl.constexpr):
     """Sum each tap's tile over the strip and store it: dW[k, tap] at k·taps + tap (C/G = 1),
     tap = (t_d·F_H + t_h)·F_W + t_w; split partials go to workspace[split] in the same layout."""
@@ -280,14 +296,9 @@ def _dwroll_bwd_weight_kernel(
     for item in range(first, last):
         pid_w, pid_h, od, n, i_d = _weight_item(item, num_w, num_h, OUT_D, STR_D, PAD_D, DIL_D, td, INDEX64)
         if (i_d >= 0) & (i_d < IN_D):  # uniform: otherwise this depth tap sees only padding
-            ow = pid_w * BLOCK_W + strip
-            ow_ok = (ow < OUT_W)[:, None] & col_ok[None, :]
-            base_w = ow * STR_W - PAD_W
-            oh0 = pid_h * ROWS
-            oh_end = tl.minimum(oh0 + ROWS, OUT_H)
-            dy_plane = (n * OUT_D + od) * OUT_H
-            x_plane = (n * IN_D + i_d) * IN_H
-            dy_tile = (ow * C)[:, None] + cols[None, :]
+            ow_ok, base_w, oh0, oh_end, dy_plane, x_plane, dy_tile = _item_geometry(
+                pid_w, pid_h, od, n, i_d, strip, C, cols, col_ok, IN_D, IN_H, OUT_D, OUT_H, OUT_W, STR_W, PAD_W, ROWS,
+                BLOCK_W)
             window = _zeros_tuple(F_H, BLOCK_W, BLOCK_N)
             # Step s: dY row oh0 + s enters the window (window[t_h] = dY row oh0 + s − t_h; rows
             # outside [oh0, oh_end) are zero), and input row oh0 + s − pad_h pairs with window[t_h]
@@ -345,14 +356,9 @@ def _dwroll_bwd_weight_prefetch_kernel(
     for item in range(first, last):
         pid_w, pid_h, od, n, i_d = _weight_item(item, num_w, num_h, OUT_D, STR_D, PAD_D, DIL_D, td, INDEX64)
         if (i_d >= 0) & (i_d < IN_D):
-            ow = pid_w * BLOCK_W + strip
-            ow_ok = (ow < OUT_W)[:, None] & col_ok[None, :]
-            base_w = ow * STR_W - PAD_W
-            oh0 = pid_h * ROWS
-            oh_end = tl.minimum(oh0 + ROWS, OUT_H)
-            dy_plane = (n * OUT_D + od) * OUT_H
-            x_plane = (n * IN_D + i_d) * IN_H
-            dy_tile = (ow * C)[:, None] + cols[None, :]
+            ow_ok, base_w, oh0, oh_end, dy_plane, x_plane, dy_tile = _item_geometry(
+                pid_w, pid_h, od, n, i_d, strip, C, cols, col_ok, IN_D, IN_H, OUT_D, OUT_H, OUT_W, STR_W, PAD_W, ROWS,
+                BLOCK_W)
             steps = oh_end - oh0 + F_H - 1
             window = _zeros_tuple(F_H, BLOCK_W, BLOCK_N)
             nxt_dy, nxt_x = _load_weight_step(x_ptr, dy_ptr, 0, steps, oh0, oh_end, PAD_H, IN_H, dy_plane, x_plane,
