@@ -25,3 +25,30 @@ def test_kernels_outside_the_rule_set_are_never_measured():
     assert len(sampled) == 40 and {c.name for c in sampled} <= default
     full = bench.select_configs(PROBLEM, registry, bench.BenchSettings(cache_dir="unused", rule_set="full"))
     assert {c.name for c in extra} <= {c.name for c in full}
+
+
+DEPTHWISE = ConvProblem.from_key("bwd_weight|bf16|2d|n8|g64|c64|k64|in14x14|f3x3|s1x1|d1x1|pb1x1|pe1x1")
+
+
+def test_families_narrow_the_sweep_and_its_completion():
+    registry = SimpleNamespace(configs=rule_set_configs("default"))
+    settings = bench.BenchSettings(cache_dir="unused", families=("dwroll",))
+    chosen = bench.select_configs(DEPTHWISE, registry, settings)
+    assert chosen and {c.family.value for c in chosen} == {"dwroll"}
+    every = bench.select_configs(DEPTHWISE, registry, bench.BenchSettings(cache_dir="unused"))
+    assert {c.family.value for c in every} > {"dwroll"}
+    # a completion sweep of a problem measured before dwroll existed lacks only the dwroll kernels
+    measured = {DEPTHWISE.key: {c.name for c in every if c.family.value != "dwroll"}}
+    missing = bench.missing_kernels([DEPTHWISE], settings, measured)
+    assert sorted(missing[DEPTHWISE.key]) == sorted(c.name for c in chosen)
+    assert not bench.missing_kernels([DEPTHWISE], settings, {DEPTHWISE.key: {c.name for c in every}})
+
+
+def test_bench_cli_refuses_an_unknown_family(capsys):
+    import pytest
+
+    from tiledispatch.native.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["bench", "--synthetic", "1", "--out", "/nonexistent", "--families", "dwroll,warp9"])
+    assert "--families: unknown ['warp9']" in capsys.readouterr().err
