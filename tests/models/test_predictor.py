@@ -157,9 +157,16 @@ def test_the_manifests_record_of_training_families_decides_when_present(tmp_path
         assert {configs[i].family.value for i in ranking.order} == set(families) & {c.family.value for c in configs}
 
 
+#: Shipped artifacts trained before the dwroll family existed (schema 1/2), per direction.
+PRE_DWROLL_MODELS = {Direction.FORWARD: ("lgbm-sm_90-bf16-fwd", "5"),
+                     Direction.BACKWARD_DATA: ("lgbm-sm_90-bf16-bwd_data", "5"),
+                     Direction.BACKWARD_WEIGHT: ("lgbm-sm_90-bf16-bwd_weight", "4")}
+
+
 def test_select_through_the_service_leaves_dwroll_to_a_model_that_saw_it(tmp_path):
-    """The server's Select ranks with ``models.predictor.rank``: the shipped (schema 1/2) models leave
-    dwroll out; asked for dwroll only, they rank it (never an empty answer); the analytic model ranks it."""
+    """The server's Select ranks with ``models.predictor.rank``: a model trained before dwroll (pinned)
+    leaves it out; asked for dwroll only, it ranks it (never an empty answer); the newest shipped models,
+    trained with dwroll rows, and the analytic model rank it."""
     from tiledispatch.native.arch import get_arch
     from tiledispatch.native.configs import Family
     from tiledispatch.server.catalog import Catalog
@@ -174,11 +181,14 @@ def test_select_through_the_service_leaves_dwroll_to_a_model_that_saw_it(tmp_pat
         selector = Selector(Catalog.load(None, spec), ModelStore.load(ARTIFACTS, spec), db, spec.name, Metrics())
         for direction in Direction:
             problem = _depthwise(direction)
-            selection = selector.select(SelectQuery(problem, top_k=0))
-            assert selection.source is Source.MODEL
+            pinned = PRE_DWROLL_MODELS[direction]
+            selection = selector.select(SelectQuery(problem, top_k=0, model=pinned))
+            assert selection.source is Source.MODEL and (selection.model_name, selection.model_version) == pinned
             families = {c.config.family.value for c in selection.candidates}
             assert "dwroll" not in families and families <= EARLIER_FAMILIES
-            only = selector.select(SelectQuery(problem, top_k=0, families=frozenset({Family.DWROLL})))
+            newest = selector.select(SelectQuery(problem, top_k=0))
+            assert newest.source is Source.MODEL and "dwroll" in {c.config.family.value for c in newest.candidates}
+            only = selector.select(SelectQuery(problem, top_k=0, families=frozenset({Family.DWROLL}), model=pinned))
             assert only.source is Source.MODEL and only.candidates
             assert {c.config.family.value for c in only.candidates} == {"dwroll"}
             analytic = selector.select(SelectQuery(problem, top_k=0, policy=Policy.ANALYTIC_ONLY))
