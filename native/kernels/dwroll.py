@@ -382,8 +382,8 @@ def _dwroll_bwd_weight_prefetch_kernel(
     _store_weight_partials(out_ptr, acc, split, C, cols, col_ok, td, F_D, F_W, F_H)
 
 
-def _data_args(problem: ConvProblem) -> tuple[int, ...]:
-    geo = data_geometry(problem)
+def _data_args(problem: ConvProblem, geo: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
+    """The kernel's size arguments for the forward pass ``geo`` (:func:`data_geometry`) describes."""
     (in_d, in_h, in_w), (out_d, out_h, out_w) = geo["in"], geo["out"]
     f_d, _, f_w = geo["filter"]
     (str_d, _, str_w), (dil_d, _, dil_w), (pad_d, pad_h, pad_w) = geo["stride"], geo["dil"], geo["pad"]
@@ -420,13 +420,13 @@ class DwrollData:
         return _workspace_slack(problem, config)
 
     def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
-        rows = data_rows(problem, config)
         geo = data_geometry(problem)
+        rows = data_rows(problem, config, geo)
         out_d, out_h, out_w = geo["out"]
         grid = (cdiv(problem.in_channels, config.block_n) * cdiv(out_w, config.block_m) * cdiv(out_h, rows)
                 * problem.batch * out_d, 1, 1)
         return [tap_major_launch(problem, second, workspace),
-                Launch("roll", grid, (first, workspace, out, *_data_args(problem), rows))]
+                Launch("roll", grid, (first, workspace, out, *_data_args(problem, geo), rows))]
 
 
 class DwrollBackwardWeight:
@@ -454,7 +454,8 @@ class DwrollBackwardWeight:
         f_d = as3d(problem.filter_size, 1)[0]
         target = workspace if config.split_k > 1 else out
         grid = (cdiv(problem.in_channels, config.block_n) * f_d, config.split_k, 1)
-        launches = [Launch("roll", grid, (first, second, target, *_data_args(problem), rows, items_per_split))]
+        sizes = _data_args(problem, data_geometry(problem))
+        launches = [Launch("roll", grid, (first, second, target, *sizes, rows, items_per_split))]
         if config.split_k > 1:
             elements = problem.weight_elements
             launches.append(Launch("reduce", (cdiv(elements, REDUCE_BLOCK), 1, 1), (workspace, out, elements)))

@@ -44,9 +44,10 @@ def data_geometry(problem: ConvProblem) -> dict[str, tuple[int, ...]]:
             "stride": (1, 1, 1), "dil": dil, "pad": pads}
 
 
-def data_rows(problem: ConvProblem, config: KernelConfig) -> int:
-    """ROWS of a forward / backward-data launch (see :func:`row_chunk`)."""
-    geo = data_geometry(problem)
+def data_rows(problem: ConvProblem, config: KernelConfig, geo: dict[str, tuple[int, ...]] | None = None) -> int:
+    """ROWS of a forward / backward-data launch (see :func:`row_chunk`); ``geo``: the problem's
+    :func:`data_geometry`, when the caller has it."""
+    geo = data_geometry(problem) if geo is None else geo
     out_d, out_h, out_w = geo["out"]
     strips = cdiv(problem.in_channels, config.block_n) * cdiv(out_w, config.block_m) * problem.batch * out_d
     return int(row_chunk(strips, out_h, geo["filter"][1]))
