@@ -40,8 +40,14 @@ import triton.language as tl
 
 from tiledispatch.native import launch
 from tiledispatch.native.accuracy import RELATIVE_ERROR_LIMIT
-from tiledispatch.native.bench import BenchSettings, _cudnn_call, _time_callable, environment_manifest, \
-    measure_ceilings, new_setup
+from tiledispatch.native.bench import (
+    BenchSettings,
+    _cudnn_call,
+    _time_callable,
+    environment_manifest,
+    measure_ceilings,
+    new_setup,
+)
 from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.kernels import gmerge_pack
 from tiledispatch.native.kernels.base import cdiv
@@ -169,7 +175,8 @@ def _dw_data_variants(problem: ConvProblem):
     for bw, bn, warps in HOISTED_TILES:
         for weights_fp32 in (True, False):
             for prefetch in (False, True):
-                name = f"hoisted_{bw}x{bn}_w{warps}_{'f32' if weights_fp32 else 'bf16'}w{'_prefetch' if prefetch else ''}"
+                kind = ("f32w" if weights_fp32 else "bf16w") + ("_prefetch" if prefetch else "")
+                name = f"hoisted_{bw}x{bn}_w{warps}_{kind}"
                 yield name, (bw, bn, warps, weights_fp32, prefetch)
 
 
