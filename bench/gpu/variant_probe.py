@@ -15,6 +15,9 @@ Sections:
   tap-major copy written by a first launch.
 * ``dw_weight``: dwroll backward-weight with more splits than ``default`` has (more programs than
   0.81 waves).
+* ``grouped_l1``: the gmerge forward at pipeline depth 1 (plain loads, cached in L1) beside its usual
+  depth (16-byte ``cp.async.cg``, which Triton emits whatever the cache modifier: L2 only), since each
+  activation row is read once per filter tap.
 * ``grouped_fwd``: gmerge forward tiles outside ``default`` and ``_gmerge_fwd_persistent_kernel``: the
   gmerge program as a persistent loop over output tiles, flattened into one software pipeline
   (``tl.range(flatten=True)``), so that the 9-iteration tap loops of small-C/G problems no longer
@@ -77,13 +80,11 @@ def _dw2d_hoisted_kernel(
     taps = F_H * F_W
     wts = ()
     for i in tl.static_range(F_H * F_H):
-        th = i // F_H
-        tw = i % F_H
         if FLIP:
-            tap = (F_H - 1 - th) * F_W + (F_W - 1 - tw)
+            tap = (F_H - 1 - i // F_H) * F_W + (F_W - 1 - i % F_H)
         else:
-            tap = th * F_W + tw
-        wv = tl.load(w_ptr + cols * taps + tap, mask=col_ok & (tw < F_W), other=0.0)
+            tap = (i // F_H) * F_W + i % F_H
+        wv = tl.load(w_ptr + cols * taps + tap, mask=col_ok & (i % F_H < F_W), other=0.0)
         if WEIGHTS_FP32:
             wv = wv.to(tl.float32)
         wts = wts + (wv,)
@@ -91,8 +92,8 @@ def _dw2d_hoisted_kernel(
     x_plane = n * IN_H
     steps = rows_here + F_H - 1
     acc = _zeros_tuple(F_H, BLOCK_W, BLOCK_N)
-    if PREFETCH:
-        nxt = _dw2d_row(x_ptr, 0, steps, oh0, PAD_H, IN_H, x_plane, IN_W, C, base_w, DIL_W, cols, col_ok, F_W, F_H)
+    # Defined before the loop in both modes (a loop-carried value); without PREFETCH it is dead code.
+    nxt = _dw2d_row(x_ptr, 0, steps, oh0, PAD_H, IN_H, x_plane, IN_W, C, base_w, DIL_W, cols, col_ok, F_W, F_H)
     for s in range(0, steps):
         if PREFETCH:
             cur = nxt
@@ -158,7 +159,9 @@ DW_PROBLEMS = (
     "{d}|bf16|2d|n128|g960|c960|k960|in7x7|f3x3|s1x1|d1x1|pb1x1|pe1x1",
     "{d}|bf16|2d|n32|g192|c192|k192|in28x28|f7x7|s1x1|d1x1|pb3x3|pe3x3",
 )
-HOISTED_TILES = ((64, 32, 4), (64, 32, 8), (32, 32, 4), (128, 32, 8), (64, 16, 2))
+#: (BLOCK_W, BLOCK_N, warps); with the weights held, 16 elements per thread cost 180 registers (ptxas),
+#: 8 elements 128: the 8-element tiles come first.
+HOISTED_TILES = ((64, 32, 8), (32, 32, 4), (32, 64, 8), (16, 64, 4), (64, 32, 4), (128, 32, 8))
 
 
 def _dw_data_variants(problem: ConvProblem):
@@ -173,7 +176,7 @@ def _dw_data_variants(problem: ConvProblem):
     if f_h != 3:  # 5x5 / 7x7 weights do not fit in registers beside the accumulators
         return
     for bw, bn, warps in HOISTED_TILES:
-        for weights_fp32 in (True, False):
+        for weights_fp32 in (True,):  # bf16-held weights compile to the same registers (ptxas): widened once
             for prefetch in (False, True):
                 kind = ("f32w" if weights_fp32 else "bf16w") + ("_prefetch" if prefetch else "")
                 name = f"hoisted_{bw}x{bn}_w{warps}_{kind}"
@@ -252,6 +255,63 @@ def _gmerge_fwd_persistent_kernel(
         tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
 
 
+@triton.jit
+def _gmerge_fwd_cached_kernel(
+    x_ptr, p_ptr, y_ptr,
+    BATCH, GROUPS, CG, KG, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W,
+    F_D, F_H, F_W, STR_D, STR_H, STR_W, DIL_D, DIL_H, DIL_W, PAD_D, PAD_H, PAD_W,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    MERGE: tl.constexpr, A_CACHE: tl.constexpr,
+):
+    """igemm_fwd's gmerge program (v8, packed weights), one tile per program, with the activation loads
+    under cache modifier ``A_CACHE`` (".ca": keep them in L1, where the 9 taps' overlapping rows could
+    hit, instead of the L2-only 16-byte ``cp.async.cg`` the pipeliner emits by default)."""
+    C_TOTAL, K_TOTAL, CG, KG, GC, GK = aligned_channels(GROUPS, CG, KG, MERGE, 8)
+    M = BATCH * OUT_D * OUT_H * OUT_W
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(GK, BLOCK_N)
+    pid_m, pid_n = grouped_tile(tl.program_id(0), num_pid_m, num_pid_n, GROUP_M)
+    group_block = tl.program_id(1)
+    taps = F_D * F_H * F_W
+    k_blocks = tl.cdiv(GC, BLOCK_K)
+    red = tl.arange(0, BLOCK_K)
+    c0 = group_block * GC
+    k0 = group_block * GK
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < M
+    col_ok = (cols < GK) & (k0 + cols < K_TOTAL)
+    ow = rows % OUT_W
+    t = rows // OUT_W
+    oh = t % OUT_H
+    t = t // OUT_H
+    od = t % OUT_D
+    nb = t // OUT_D
+    base_d = od * STR_D - PAD_D
+    base_h = oh * STR_H - PAD_H
+    base_w = ow * STR_W - PAD_W
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for it in tl.range(0, taps * k_blocks):
+        tap = it // k_blocks
+        r = (it % k_blocks) * BLOCK_K + red
+        r_ok = (r < GC) & (c0 + r < C_TOTAL)
+        tw = tap % F_W
+        th = (tap // F_W) % F_H
+        td = tap // (F_W * F_H)
+        i_d = base_d + td * DIL_D
+        i_h = base_h + th * DIL_H
+        i_w = base_w + tw * DIL_W
+        in_ok = row_ok & (i_d >= 0) & (i_d < IN_D) & (i_h >= 0) & (i_h < IN_H) & (i_w >= 0) & (i_w < IN_W)
+        x_row = (((nb * IN_D + i_d) * IN_H + i_h) * IN_W + i_w) * C_TOTAL
+        a = tl.load(x_ptr + (x_row[:, None] + (c0 + r)[None, :]), mask=in_ok[:, None] & r_ok[None, :], other=0.0,
+                    cache_modifier=A_CACHE)
+        b_ptrs = p_ptr + (((group_block * taps + tap) * GC + r) * GK)[:, None] + cols[None, :]
+        b = tl.load(b_ptrs, mask=(r < GC)[:, None] & (cols < GK)[None, :], other=0.0)
+        acc = tl.dot(a, b, acc)
+    y_ptrs = y_ptr + (rows * K_TOTAL)[:, None] + (k0 + cols)[None, :]
+    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
+
+
 GROUPED_FWD_PROBLEMS = (  # ResNeXt-50 32x4d's grouped 3x3 layers (dev suite)
     "fwd|bf16|2d|n32|g32|c128|k128|in56x56|f3x3|s1x1|d1x1|pb1x1|pe1x1",
     "fwd|bf16|2d|n32|g32|c256|k256|in28x28|f3x3|s1x1|d1x1|pb1x1|pe1x1",
@@ -293,6 +353,33 @@ def _persistent_call(problem: ConvProblem, setup, tile, merge: int, programs: in
         _gmerge_fwd_persistent_kernel[(programs,)](
             setup.first[i], packs[i], setup.out[i], *sizes, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8,
             MERGE=merge, PROGRAMS=programs, WARP_SPECIALIZE=warp_specialize, num_warps=warps, num_stages=stages)
+    return call, config
+
+
+CACHED_TILES = ((128, 32, 32, 4), (128, 64, 64, 4), (64, 64, 64, 4), (256, 32, 32, 8), (128, 64, 32, 8),
+                (64, 32, 32, 4))
+
+
+def _cached_call(problem: ConvProblem, setup, tile, merge: int, stages: int):
+    """One-tile-per-program gmerge forward at pipeline depth ``stages`` (1: plain L1-cached loads)."""
+    bm, bn, bk, warps = tile
+    config = KernelConfig(Direction.FORWARD, DType.BF16, 2, Family.GMERGE, bm, bn, bk, warps, max(stages, 1), 8, 1,
+                          merge, 8, False)
+    workspace = torch.empty(gmerge_pack.workspace_elements(problem, config), dtype=torch.float32, device="cuda")
+    packs = []
+    for w in setup.second:
+        launch_pack, packed = gmerge_pack.pack_launch(problem, config, w, workspace.clone())
+        program = gmerge_pack.programs(config, backward_data=False)["pack"]
+        program.fn[launch_pack.grid](*launch_pack.args, **program.constexprs, num_warps=program.num_warps)
+        packs.append(packed)
+    sizes = (problem.batch, problem.groups, problem.c_per_group, problem.k_per_group, *spatial_args(problem))
+    m = problem.batch * math.prod(problem.output_size)
+    grid = (cdiv(m, bm) * cdiv(merge * problem.k_per_group, bn), cdiv(problem.groups, merge))
+
+    def call(i):
+        _gmerge_fwd_cached_kernel[grid](setup.first[i], packs[i], setup.out[i], *sizes, BLOCK_M=bm, BLOCK_N=bn,
+                                        BLOCK_K=bk, GROUP_M=8, MERGE=merge, A_CACHE="", num_warps=warps,
+                                        num_stages=stages)
     return call, config
 
 
@@ -422,6 +509,21 @@ class Probe:
                                 continue
                             if is_supported(problem, config):
                                 self.measure("grouped_fwd", problem, setup, name, call)
+            del setup
+
+
+    def grouped_l1(self) -> None:
+        for problem in [ConvProblem.from_key(k) for k in GROUPED_FWD_PROBLEMS]:
+            print(problem.key, flush=True)
+            setup = new_setup(problem, self.settings)
+            self.cudnn("grouped_l1", problem, setup)
+            for tile in CACHED_TILES:
+                for merge in (2, 4, 8, 16):
+                    for stages in (1, _STAGES[tile[2]]):
+                        call, config = _cached_call(problem, setup, tile, merge, stages)
+                        if is_supported(problem, config):
+                            name = f"cached_{tile[0]}x{tile[1]}x{tile[2]}_w{tile[3]}_s{stages}_mg{merge}"
+                            self.measure("grouped_l1", problem, setup, name, call)
             del setup
 
 
