@@ -18,6 +18,9 @@ Sections:
 * ``grouped_l1``: the gmerge forward at pipeline depth 1 (plain loads, cached in L1) beside its usual
   depth (16-byte ``cp.async.cg``, which Triton emits whatever the cache modifier: L2 only), since each
   activation row is read once per filter tap.
+* ``specialize``: the same programs compiled as Triton's launcher specialises them per call (integer
+  arguments equal to 1 become constants, multiples of 16 carry a divisibility hint), with only the 1s,
+  and not at all (how the registry builds them: one binary per config for every problem size).
 * ``grouped_fwd``: gmerge forward tiles outside ``default`` and ``_gmerge_fwd_persistent_kernel``: the
   gmerge program as a persistent loop over output tiles, flattened into one software pipeline
   (``tl.range(flatten=True)``), so that the 9-iteration tap loops of small-C/G problems no longer
@@ -132,7 +135,8 @@ def _dw2d_row(x_ptr, s, steps, oh0, PAD_H, IN_H, x_plane, IN_W, C, base_w, DIL_W
 
 
 def _hoisted_call(problem: ConvProblem, setup, block_w: int, block_n: int, warps: int, weights_fp32: bool,
-                  prefetch: bool):
+                  prefetch: bool, kernel=None):
+    kernel = kernel or _dw2d_hoisted_kernel
     geo = data_geometry(problem)
     f_h = geo["filter"][1]
     probe = KernelConfig(problem.direction, problem.dtype, 2, Family.DWROLL, block_w, block_n, f_h, warps, 1, 1, 1,
@@ -143,7 +147,7 @@ def _hoisted_call(problem: ConvProblem, setup, block_w: int, block_n: int, warps
     args = (*_data_args(problem, geo), rows)
 
     def call(i):
-        _dw2d_hoisted_kernel[grid](setup.first[i], setup.second[i], setup.out[i], *args, BLOCK_W=block_w,
+        kernel[grid](setup.first[i], setup.second[i], setup.out[i], *args, BLOCK_W=block_w,
                                    BLOCK_N=block_n, F_H=f_h, FLIP=problem.direction is Direction.BACKWARD_DATA,
                                    WEIGHTS_FP32=weights_fp32, PREFETCH=prefetch, INDEX64=False, num_warps=warps)
     return call
@@ -360,8 +364,9 @@ CACHED_TILES = ((128, 32, 32, 4), (128, 64, 64, 4), (64, 64, 64, 4), (256, 32, 3
                 (64, 32, 32, 4))
 
 
-def _cached_call(problem: ConvProblem, setup, tile, merge: int, stages: int):
+def _cached_call(problem: ConvProblem, setup, tile, merge: int, stages: int, kernel=None):
     """One-tile-per-program gmerge forward at pipeline depth ``stages`` (1: plain L1-cached loads)."""
+    kernel = kernel or _gmerge_fwd_cached_kernel
     bm, bn, bk, warps = tile
     config = KernelConfig(Direction.FORWARD, DType.BF16, 2, Family.GMERGE, bm, bn, bk, warps, max(stages, 1), 8, 1,
                           merge, 8, False)
@@ -377,10 +382,49 @@ def _cached_call(problem: ConvProblem, setup, tile, merge: int, stages: int):
     grid = (cdiv(m, bm) * cdiv(merge * problem.k_per_group, bn), cdiv(problem.groups, merge))
 
     def call(i):
-        _gmerge_fwd_cached_kernel[grid](setup.first[i], packs[i], setup.out[i], *sizes, BLOCK_M=bm, BLOCK_N=bn,
+        kernel[grid](setup.first[i], packs[i], setup.out[i], *sizes, BLOCK_M=bm, BLOCK_N=bn,
                                         BLOCK_K=bk, GROUP_M=8, MERGE=merge, A_CACHE="", num_warps=warps,
                                         num_stages=stages)
     return call, config
+
+
+def _specialised(fn, mode: str):
+    """``fn`` as Triton's launcher specialises it (``full``: integer arguments equal to 1 become constants,
+    multiples of 16 carry a divisibility hint), with only the 1s (``ones``), or not at all (``none``: the
+    registry's binaries, one per config for every problem size)."""
+    if mode == "full":
+        return fn
+    constexprs = {fn.arg_names[i] for i in fn.constexprs}
+    ints = [n for n in fn.arg_names if n not in constexprs and not n.endswith("_ptr")]
+    if mode == "ones":
+        return triton.jit(fn.fn, do_not_specialize_on_alignment=ints)
+    return triton.jit(fn.fn, do_not_specialize=ints)
+
+
+def _dwroll_jit_call(problem: ConvProblem, setup, block_w: int, block_n: int, warps: int, kernel):
+    """The registry's plain dwroll walk (tap-major weights prepared once per input set, untimed)."""
+    from tiledispatch.native.kernels.direct import _weights_tap_major_kernel
+
+    geo = data_geometry(problem)
+    f_h = geo["filter"][1]
+    probe = KernelConfig(problem.direction, problem.dtype, 2, Family.DWROLL, block_w, block_n, f_h, warps, 1, 1, 1,
+                         1, 8, False)
+    rows = data_rows(problem, probe, geo)
+    out_d, out_h, out_w = geo["out"]
+    grid = (cdiv(problem.in_channels, block_n) * cdiv(out_w, block_w) * cdiv(out_h, rows) * problem.batch * out_d,)
+    args = (*_data_args(problem, geo), rows)
+    wts = []
+    for w in setup.second:
+        wt = torch.empty(problem.weight_elements + block_n, dtype=torch.float32, device="cuda")
+        _weights_tap_major_kernel[(cdiv(problem.weight_elements, 1024),)](
+            w, wt, problem.out_channels, problem.filter_taps, BLOCK=1024,
+            FLIP=problem.direction is Direction.BACKWARD_DATA)
+        wts.append(wt)
+
+    def call(i):
+        kernel[grid](setup.first[i], wts[i], setup.out[i], *args, BLOCK_W=block_w, BLOCK_N=block_n, F_H=f_h,
+                     INDEX64=False, num_warps=warps)
+    return call
 
 
 # ---------------------------------------------------------------------------------------------- driver
@@ -525,6 +569,43 @@ class Probe:
                             name = f"cached_{tile[0]}x{tile[1]}x{tile[2]}_w{tile[3]}_s{stages}_mg{merge}"
                             self.measure("grouped_l1", problem, setup, name, call)
             del setup
+
+
+    def specialize(self) -> None:
+        from tiledispatch.native.kernels.dwroll import _dwroll_data_kernel
+
+        modes = ("full", "ones", "none")
+        cached = {m: _specialised(_gmerge_fwd_cached_kernel, m) for m in modes}
+        hoisted = {m: _specialised(_dw2d_hoisted_kernel, m) for m in modes}
+        rolling = {m: _specialised(_dwroll_data_kernel, m) for m in modes}
+        for key in GROUPED_FWD_PROBLEMS:
+            problem = ConvProblem.from_key(key)
+            print(problem.key, flush=True)
+            setup = new_setup(problem, self.settings)
+            self.cudnn("specialize", problem, setup)
+            for tile, merge, stages in (((128, 32, 32, 4), 8, 1), ((128, 32, 32, 4), 8, 4), ((128, 32, 32, 4), 4, 1),
+                                        ((128, 32, 32, 4), 2, 1), ((128, 64, 64, 4), 8, 3)):
+                for mode in modes:
+                    call, config = _cached_call(problem, setup, tile, merge, stages, kernel=cached[mode])
+                    if is_supported(problem, config):
+                        name = f"cached_{tile[0]}x{tile[1]}x{tile[2]}_w{tile[3]}_s{stages}_mg{merge}_{mode}"
+                        self.measure("specialize", problem, setup, name, call)
+            del setup
+        for key in (DW_PROBLEMS[0], DW_PROBLEMS[2], DW_PROBLEMS[3]):
+            for direction in ("fwd", "bwd_data"):
+                problem = ConvProblem.from_key(key.format(d=direction))
+                print(problem.key, flush=True)
+                setup = new_setup(problem, self.settings)
+                self.cudnn("specialize", problem, setup)
+                for mode in modes:
+                    for bw, bn, warps in ((64, 32, 4), (32, 32, 4), (16, 128, 4)):
+                        self.measure("specialize", problem, setup, f"dwroll_{bw}x{bn}_w{warps}_{mode}",
+                                     _dwroll_jit_call(problem, setup, bw, bn, warps, rolling[mode]))
+                    for bw, bn, warps, prefetch in ((16, 64, 4, True), (16, 64, 4, False), (32, 32, 4, False)):
+                        name = f"hoisted_{bw}x{bn}_w{warps}{'_prefetch' if prefetch else ''}_{mode}"
+                        self.measure("specialize", problem, setup, name,
+                                     _hoisted_call(problem, setup, bw, bn, warps, True, prefetch, kernel=hoisted[mode]))
+                del setup
 
 
 def main(argv: list[str] | None = None) -> int:
