@@ -398,7 +398,14 @@ def _specialised(fn, mode: str):
     ints = [n for n in fn.arg_names if n not in constexprs and not n.endswith("_ptr")]
     if mode == "ones":
         return triton.jit(fn.fn, do_not_specialize_on_alignment=ints)
+    if mode in _KEEP:  # only the named arguments specialised (each is 1 or 0 on the probe's problems)
+        return triton.jit(fn.fn, do_not_specialize=[n for n in ints if n not in _KEEP[mode]])
     return triton.jit(fn.fn, do_not_specialize=ints)
+
+
+_DEPTH = ("IN_D", "OUT_D", "F_D", "STR_D", "DIL_D", "PAD_D")
+#: ``depth``: what a 2D config knows; ``unit``: that and unit height/width strides and dilations.
+_KEEP = {"depth": _DEPTH, "unit": _DEPTH + ("STR_H", "STR_W", "DIL_H", "DIL_W")}
 
 
 def _dwroll_jit_call(problem: ConvProblem, setup, block_w: int, block_n: int, warps: int, kernel):
@@ -606,6 +613,33 @@ class Probe:
                         self.measure("specialize", problem, setup, name,
                                      _hoisted_call(problem, setup, bw, bn, warps, True, prefetch, kernel=hoisted[mode]))
                 del setup
+
+
+    def specialize_depth(self) -> None:
+        from tiledispatch.native.kernels.dwroll import _dwroll_data_kernel
+
+        modes = ("full", "depth", "unit", "none")
+        cached = {m: _specialised(_gmerge_fwd_cached_kernel, m) for m in modes}
+        rolling = {m: _specialised(_dwroll_data_kernel, m) for m in modes}
+        for key in GROUPED_FWD_PROBLEMS:
+            problem = ConvProblem.from_key(key)
+            print(problem.key, flush=True)
+            setup = new_setup(problem, self.settings)
+            for tile, merge, stages in (((128, 32, 32, 4), 8, 1), ((128, 32, 32, 4), 4, 1), ((128, 32, 32, 4), 2, 1)):
+                for mode in modes:
+                    call, config = _cached_call(problem, setup, tile, merge, stages, kernel=cached[mode])
+                    name = f"cached_{tile[0]}x{tile[1]}x{tile[2]}_w{tile[3]}_s{stages}_mg{merge}_{mode}"
+                    self.measure("specialize_depth", problem, setup, name, call)
+            del setup
+        for key in (DW_PROBLEMS[0], DW_PROBLEMS[3]):
+            problem = ConvProblem.from_key(key.format(d="fwd"))
+            print(problem.key, flush=True)
+            setup = new_setup(problem, self.settings)
+            for mode in modes:
+                for bw, bn, warps in ((64, 32, 4), (16, 128, 4)):
+                    self.measure("specialize_depth", problem, setup, f"dwroll_{bw}x{bn}_w{warps}_{mode}",
+                                 _dwroll_jit_call(problem, setup, bw, bn, warps, rolling[mode]))
+            del setup
 
 
 def main(argv: list[str] | None = None) -> int:
