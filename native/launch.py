@@ -228,6 +228,11 @@ def full_arguments(program: Program, launch: Launch) -> list[Any]:
     runtime = iter(launch.args)
     values = [program.constexprs[name] if name in program.constexprs else next(runtime)
               for name in program.fn.arg_names]
+    for name, value in program.fixed.items():  # compiled in as constants: the launch must agree
+        passed = values[program.fn.arg_names.index(name)]
+        if passed != value:
+            raise LaunchError(f"{name}: {program.fn.__name__} is compiled for {name} = {value}, the launch "
+                              f"passes {passed}")
     if next(runtime, None) is not None:
         raise LaunchError(f"{program.fn.__name__}: more arguments than parameters")
     return values

@@ -81,7 +81,7 @@ def _source(program: Any) -> Any:
     # one binary serves every problem size.
     attrs = {(index,): [["tt.divisibility", 16]] for index, kind in enumerate(signature.values())
              if kind.startswith("*")}
-    return ASTSource(program.fn, signature, program.constexprs, attrs)
+    return ASTSource(program.fn, signature, program.compile_constants(), attrs)
 
 
 def artifact_key(config: KernelConfig, program_name: str, program: Any, arch: str) -> str:
@@ -94,7 +94,7 @@ def artifact_key(config: KernelConfig, program_name: str, program: Any, arch: st
         "kernel": config.name,
         "program": program_name,
         "signature": program.signature(),
-        "constexprs": {k: repr(v) for k, v in sorted(program.constexprs.items())},
+        "constexprs": {k: repr(v) for k, v in sorted(program.compile_constants().items())},
         "num_warps": program.num_warps,
         "num_stages": program.num_stages,
     }

@@ -32,7 +32,7 @@ _TC_BLOCK_M = (32, 64, 128, 256)
 _TC_BLOCK_N = (16, 32, 64, 128, 256)
 _TC_BLOCK_K = (16, 32, 64, 128)
 _TC_WARPS = (4, 8)
-_TC_STAGES = (2, 3, 4, 5)
+_TC_STAGES = (1, 2, 3, 4, 5)
 _GROUP_M = (1, 8)
 _MERGE = (2, 4, 8, 16, 32)
 _SPLIT_K = (1, 2, 4, 8, 16, 32, 64)
@@ -105,7 +105,7 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
         domains = (_TC_BLOCK_M, _TC_BLOCK_N, _TC_BLOCK_K, _TC_WARPS, _TC_STAGES, _GROUP_M,
                    _SPLIT_K if bwd_weight else (1,), merges, (1, 8), (False, True))
         if narrow:
-            domains = ((32, 64, 128, 256), (16, 32, 64, 128, 256), (16, 32, 64), (4, 8), (2, 3, 4), (8,),
+            domains = ((32, 64, 128, 256), (16, 32, 64, 128, 256), (16, 32, 64), (4, 8), (1, 2, 3, 4), (8,),
                        (1, 4, 16) if bwd_weight else (1,),
                        tuple(m for m in merges if m <= 16), (1, 8), (False, True))
         for bm, bn, bk, warps, stages, gm, sk, mg, vec, i64 in itertools.product(*domains):
@@ -167,8 +167,11 @@ DWROLL_WEIGHT_TILES = {3: ((8, 64, 2), (16, 64, 4), (16, 32, 2), (32, 32, 4), (3
 #: registers per element, so 5x5 and 7x7 keep 8 elements per thread; 3x3 adds tall narrow strips
 #: (H200 dev suite of 7707798: 64x32 was the best plain tile on every depthwise problem, 2.2-3.1x
 #: faster than 16x64). 106-230 registers, spill-free. Backward-weight: the plain tiles (165-197).
+#: 3x3 16x64 and 8x64 (8 elements per thread) are for 2D, where they hold the weights in registers
+#: (dwroll_tiling.hoists_weights; H200: 16x64 prefetching 37.0 us on n128 c576 14x14, the best plain
+#: tile 43.5, cuDNN 28.7 forward / 47.6 backward-data).
 DWROLL_PREFETCH_DATA_TILES = {3: ((32, 32, 4), (32, 64, 4), (64, 32, 4), (64, 16, 2), (128, 16, 4), (64, 64, 8),
-                                  (128, 32, 8)),
+                                  (128, 32, 8), (16, 64, 4), (8, 64, 2)),
                               5: ((8, 64, 2), (16, 64, 4), (32, 32, 4)),
                               7: ((8, 64, 2), (16, 64, 4), (32, 32, 4), (32, 64, 8))}
 
@@ -231,6 +234,17 @@ def _default_rule(config: KernelConfig) -> bool:
         return False
     if c.group_m != 8 or c.split_k not in (1, 4, 16):
         return False
+    if c.num_stages == 1:
+        # Not pipelined: plain loads, cached in L1, where the filter taps' overlapping activation rows
+        # hit (the pipelined 16-byte cp.async copies are L2-only: cp.async.cg whatever the cache
+        # modifier, Triton 3.6). H200, ResNeXt 3x3 layers, gmerge forward 128x32x32: 8-13 % faster than
+        # the same tile pipelined (bench/results/2026-11-22_h200_s7/probe/). Forward and backward-data.
+        if c.vec != 8 or c.index64 or c.dtype is DType.FP32 or c.direction is Direction.BACKWARD_WEIGHT:
+            return False
+        tile = (c.block_m, c.block_n, c.block_k, c.num_warps)
+        if c.family is Family.GMERGE:
+            return c.merge in (2, 4, 8, 16) and tile in ((128, 32, 32, 4), (128, 64, 64, 4))
+        return c.family is Family.IGEMM and tile in ((128, 32, 32, 4), (128, 64, 32, 4), (128, 128, 64, 8))
     tile = (c.block_m, c.block_n, c.block_k)
     if c.vec == 1:
         # Unaligned channel runs cannot use 16-byte cp.async, so nothing is pipelined and deeper

@@ -61,3 +61,18 @@ def weight_tiling(problem: ConvProblem, config: KernelConfig) -> tuple[int, int]
     rows = int(row_chunk(strips * cdiv(TARGET_PROGRAMS, config.split_k), out_h, problem.filter_size[-2]))
     items = strips * cdiv(out_h, rows)
     return rows, cdiv(items, config.split_k)
+
+
+#: Elements per thread up to which a 2D 3×3 forward / backward-data program holds its channel block's
+#: nine weights in registers (72 fp32 values for 8 channels per thread): 128 registers at 8 elements
+#: per thread, 180 at 16 (ptxas, sm_90), where the per-step L1 reloads cost less than the occupancy.
+HOIST_MAX_ELEMENTS_PER_THREAD = 8
+
+
+def hoists_weights(config: KernelConfig) -> bool:
+    """Whether a dwroll forward / backward-data kernel reads its weights once, straight from ``W``, and
+    keeps them in registers (2D, 3×3, ≤ :data:`HOIST_MAX_ELEMENTS_PER_THREAD` elements per thread), instead
+    of two 16-byte L1 loads per tap and row from a tap-major copy written by a first launch."""
+    per_thread = config.block_m * config.block_n // (32 * config.num_warps)
+    return (config.direction is not Direction.BACKWARD_WEIGHT and config.ndim == 2 and config.block_k == 3
+            and per_thread <= HOIST_MAX_ELEMENTS_PER_THREAD)

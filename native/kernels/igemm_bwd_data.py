@@ -40,7 +40,15 @@ import triton.language as tl
 
 from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.kernels import gmerge_pack
-from tiledispatch.native.kernels.base import Launch, Program, cdiv, int_type, pointer_type, tensor_core_constexprs
+from tiledispatch.native.kernels.base import (
+    Launch,
+    Program,
+    cdiv,
+    fixed_sizes,
+    int_type,
+    pointer_type,
+    tensor_core_constexprs,
+)
 from tiledispatch.native.kernels.igemm_fwd import aligned_channels, spatial_args
 from tiledispatch.native.kernels.tiles import grouped_tile
 from tiledispatch.native.problem import ConvProblem, Direction
@@ -223,7 +231,8 @@ class IgemmBackwardData:
         ints = int_type(config)
         types = {"dy_ptr": ptr, "w_ptr": ptr, "dx_ptr": ptr, **{name: ints for name in _SIZE_PARAMS}}
         constexprs = tensor_core_constexprs(config)
-        return {"main": Program(_igemm_bwd_data_kernel, constexprs, types, config.num_warps, config.num_stages),
+        return {"main": Program(_igemm_bwd_data_kernel, constexprs, types, config.num_warps, config.num_stages,
+                                fixed_sizes(config, _igemm_bwd_data_kernel)),
                 **gmerge_pack.programs(config, backward_data=True)}
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:

@@ -23,7 +23,16 @@ import triton.language as tl
 
 from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.kernels import gmerge_pack
-from tiledispatch.native.kernels.base import Launch, Program, as3d, cdiv, int_type, pointer_type, tensor_core_constexprs
+from tiledispatch.native.kernels.base import (
+    Launch,
+    Program,
+    as3d,
+    cdiv,
+    fixed_sizes,
+    int_type,
+    pointer_type,
+    tensor_core_constexprs,
+)
 from tiledispatch.native.kernels.tiles import grouped_tile
 from tiledispatch.native.problem import ConvProblem, Direction
 
@@ -155,7 +164,8 @@ class IgemmForward:
         ints = int_type(config)
         types = {"x_ptr": ptr, "w_ptr": ptr, "y_ptr": ptr, **{name: ints for name in _SIZE_PARAMS}}
         constexprs = tensor_core_constexprs(config)
-        return {"main": Program(_igemm_fwd_kernel, constexprs, types, config.num_warps, config.num_stages),
+        return {"main": Program(_igemm_fwd_kernel, constexprs, types, config.num_warps, config.num_stages,
+                                fixed_sizes(config, _igemm_fwd_kernel)),
                 **gmerge_pack.programs(config, backward_data=False)}
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:

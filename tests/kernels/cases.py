@@ -84,11 +84,14 @@ def problem(direction: Direction, dtype: DType, ndim: int, label: str) -> ConvPr
 
 def small_config(direction: Direction, dtype: DType, ndim: int, family: Family, *, num_warps: int = 4,
                  split_k: int = 1, merge: int = 2, vec: int = 1, index64: bool = False,
-                 taps_w: int = 1, stages: int = 1) -> KernelConfig:
+                 taps_w: int = 1, stages: int = 1, wide: bool = False) -> KernelConfig:
     """Small tiles, so tiny problems still cover several tiles and the masked edges. ``taps_w``: the
-    direct block_k (4/8: the depthwise tap-row programs) or the dwroll filter height."""
-    if family is Family.DWROLL:  # one warp: 4 elements per thread of an 8x16 tile
-        return KernelConfig(direction, dtype, ndim, family, 8, 16, taps_w, 1, stages, 1, split_k, 1, 8, index64)
+    direct block_k (4/8: the depthwise tap-row programs) or the dwroll filter height; ``wide``: a dwroll
+    tile of 16 elements per thread (2D 3x3: the walk with tap-major weights instead of held ones)."""
+    if family is Family.DWROLL:  # one warp: 4 elements per thread of an 8x16 tile (16 of 16x32)
+        block_w, block_n = (16, 32) if wide else (8, 16)
+        return KernelConfig(direction, dtype, ndim, family, block_w, block_n, taps_w, 1, stages, 1, split_k, 1, 8,
+                            index64)
     if family is Family.DIRECT:
         return KernelConfig(direction, dtype, ndim, family, 16, 8, taps_w, num_warps, 1, 1, split_k, 1, vec, index64)
     return KernelConfig(direction, dtype, ndim, family, 32, 16, 16, num_warps, 2, 8, split_k,
@@ -112,6 +115,9 @@ def cases(ndims=(2, 3)):
                     if family is Family.DWROLL:
                         height = available[label]["filter_size"][-2]
                         variants = [dict(taps_w=height), dict(taps_w=height, stages=2)]  # plain, loads ahead
+                        if ndim == 2 and height == 3 and direction is not Direction.BACKWARD_WEIGHT:
+                            # 8x16 holds the weights (dwroll_tiling.hoists_weights); 16x32 does not
+                            variants += [dict(v, wide=True) for v in variants]
                     if family in (Family.GEMM1X1, Family.TMA):
                         variants = [dict(vec=8)]
                     if family is Family.IGEMM and label == "grouped_odd":
@@ -160,7 +166,8 @@ def gpu_config(direction: Direction, dtype: DType, ndim: int, family: Family, nu
 #: dwroll GPU-test tiles by filter height (forward / backward-data, backward-weight), each plain and
 #: with loads one row ahead: spill-free on sm_90.
 DWROLL_GPU_TILES = {
-    False: {3: ((16, 64, 4), (32, 64, 8)), 5: ((16, 64, 4), (32, 64, 8)), 7: ((16, 64, 4), (32, 64, 8))},
+    # 3x3: in 2D the 8-element tiles hold the weights (dwroll_tiling.hoists_weights), 64x32 does not
+    False: {3: ((16, 64, 4), (32, 64, 8), (64, 32, 4)), 5: ((16, 64, 4), (32, 64, 8)), 7: ((16, 64, 4), (32, 64, 8))},
     True: {3: ((16, 64, 4), (32, 64, 8)), 5: ((16, 32, 4), (32, 32, 8)), 7: ((16, 16, 4), (32, 16, 8))},
 }
 
@@ -191,10 +198,13 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
     tile = (32, 32) if direction is Direction.BACKWARD_WEIGHT else (64, 32)
     for split_k in ((1, 8) if direction is Direction.BACKWARD_WEIGHT else (1,)):
         out.append(KernelConfig(direction, dtype, ndim, Family.DIRECT, *tile, 8, 4, 1, 1, split_k, 1, 8))
-    # The large tensor-core tiles (fwd / bwd_data, aligned channels).
+    # The large tensor-core tiles (fwd / bwd_data, aligned channels), and unpipelined (L1-cached) ones.
     if direction is not Direction.BACKWARD_WEIGHT:
         for block_m, block_n in ((128, 256), (256, 128)):
             out.append(KernelConfig(direction, dtype, ndim, Family.IGEMM, block_m, block_n, 64, 8, 3, 8, 1, 1, 8))
+        if dtype is not DType.FP32:
+            out += [KernelConfig(direction, dtype, ndim, Family.IGEMM, 128, 64, 32, 4, 1, 8, 1, 1, 8),
+                    KernelConfig(direction, dtype, ndim, Family.GMERGE, 128, 32, 32, 4, 1, 8, 1, 4, 8)]
     return out
 
 
