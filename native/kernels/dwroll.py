@@ -493,7 +493,9 @@ class DwrollData:
                                     fixed_sizes(config, _dwroll_data_2d_kernel))}
         types = {"x_ptr": ptr, "wt_ptr": "*fp32", "y_ptr": ptr, **{name: ints for name in _DATA_PARAMS}}
         kernel = _dwroll_data_prefetch_kernel if config.num_stages == 2 else _dwroll_data_kernel
-        return {"roll": Program(kernel, constexprs, types, config.num_warps, 1, fixed_sizes(config, kernel)),
+        # 3x3 only: with the depth sizes constant, the 5x5 / 7x7 walks spill (ptxas, sm_90: 80-288 bytes).
+        fixed = fixed_sizes(config, kernel) if config.block_k == 3 else {}
+        return {"roll": Program(kernel, constexprs, types, config.num_warps, 1, fixed),
                 "tap_major": tap_major_program(config, flip=flip)}
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
