@@ -1,30 +1,26 @@
 """Kernel variants measured beside the registry's kernels and cuDNN, in one run on one GPU.
 
 A probe for deciding what to build next, not a report of the shipped registry: each section times
-candidate programs (written here, or configs outside the ``default`` rule set compiled on the spot
-with the registry's own build) against the baseline kernels and cuDNN on the same problems, with the
-tile engine's timing (``native.bench``: rotated input sets over twice the L2, CUDA-graph replay,
-median of 5) and its correctness check (float64 reference, NaN-poisoned output, DESIGN §4 limits).
+candidate programs (written here, or configs outside the ``default`` rule set compiled on the spot with
+the registry's own build) against the registry's kernels and cuDNN on the same problems, with the tile
+engine's timing (``native.bench``: rotated input sets over twice the L2, CUDA-graph replay, median of 5)
+and its correctness check (float64 reference, NaN-poisoned output, DESIGN §4 limits).
 
 Sections:
 
-* ``dw_data``: 2D depthwise forward / backward-data. ``_dw2d_hoisted_kernel`` is dwroll's rolling walk
-  with the 2D specialisation ``F_D = 1``: the ``F_H × F_W`` weights of the program's channel block are
-  read once, straight from ``W`` (GKYXC; flipped for backward-data), and kept in registers (fp32, or
-  in the problem's dtype and widened at use), instead of two 16-byte L1 loads per tap and row from a
-  tap-major copy written by a first launch.
-* ``dw_weight``: dwroll backward-weight with more splits than ``default`` has (more programs than
-  0.81 waves).
-* ``grouped_l1``: the gmerge forward at pipeline depth 1 (plain loads, cached in L1) beside its usual
-  depth (16-byte ``cp.async.cg``, which Triton emits whatever the cache modifier: L2 only), since each
-  activation row is read once per filter tap.
-* ``specialize``: the same programs compiled as Triton's launcher specialises them per call (integer
-  arguments equal to 1 become constants, multiples of 16 carry a divisibility hint), with only the 1s,
-  and not at all (how the registry builds them: one binary per config for every problem size).
-* ``grouped_fwd``: gmerge forward tiles outside ``default`` and ``_gmerge_fwd_persistent_kernel``: the
-  gmerge program as a persistent loop over output tiles, flattened into one software pipeline
-  (``tl.range(flatten=True)``), so that the 9-iteration tap loops of small-C/G problems no longer
-  pay a pipeline prologue and epilogue per tile.
+* ``dw_data``: 2D depthwise forward / backward-data, every dwroll data tile of ``default`` (plain and
+  prefetching; 2D 3×3 tiles of ≤ 8 elements per thread hold their weights).
+* ``dw_weight``: dwroll backward-weight at more splits than ``default`` has.
+* ``grouped_fwd``: gmerge forward tiles outside ``default``, and ``_gmerge_fwd_persistent_kernel``: the
+  gmerge program as a persistent loop over output tiles flattened into one software pipeline
+  (``tl.range(flatten=True)``, ± warp specialisation).
+* ``specialize``: the registry's gmerge forward and dwroll walk compiled as Triton's launcher specialises
+  them per call (integer arguments equal to 1 become constants, multiples of 16 carry a divisibility
+  hint), with only the depth sizes constant (what a 2D config compiles in), with unit height/width
+  strides and dilations too, and with nothing constant.
+
+Session 7 (``bench/results/2026-11-22_h200_s7/``) ran this probe at ``afbafac``, which also held the
+held-weight walk and the unpipelined gmerge forward as probe kernels; both are in the package now.
 
 Usage (GPU machine): ``python bench/gpu/variant_probe.py --out DIR [--sections a,b] [--workers N]``;
 writes ``DIR/probe.csv`` (one row per problem × variant) and ``DIR/probe.json`` (environment).
@@ -56,102 +52,15 @@ from tiledispatch.native.bench import (
 )
 from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.kernels import gmerge_pack
-from tiledispatch.native.kernels.base import cdiv
-from tiledispatch.native.kernels.direct import _f32
-from tiledispatch.native.kernels.dwroll import _data_args, _strip_origin, _zeros_tuple
+from tiledispatch.native.kernels.base import cdiv, tensor_core_constexprs
+from tiledispatch.native.kernels.dwroll import _data_args
 from tiledispatch.native.kernels.dwroll_tiling import data_geometry, data_rows
 from tiledispatch.native.kernels.igemm_fwd import aligned_channels, spatial_args
 from tiledispatch.native.kernels.tiles import grouped_tile
 from tiledispatch.native.problem import ConvProblem, Direction, DType
 from tiledispatch.native.registry import Registry, build
+from tiledispatch.native.rules import DWROLL_DATA_TILES, DWROLL_PREFETCH_DATA_TILES, DWROLL_WEIGHT_TILES
 from tiledispatch.native.support import is_supported
-
-
-# --------------------------------------------------------------------------------------------- dw_data
-@triton.jit
-def _dw2d_hoisted_kernel(
-    x_ptr, w_ptr, y_ptr,
-    BATCH, CHANNELS, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W, F_D, F_W,
-    STR_D, STR_W, DIL_D, DIL_W, PAD_D, PAD_H, PAD_W, ROWS,
-    BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, F_H: tl.constexpr, FLIP: tl.constexpr,
-    WEIGHTS_FP32: tl.constexpr, PREFETCH: tl.constexpr, INDEX64: tl.constexpr,
-):
-    """2D dwroll forward (backward-data: ``FLIP``, over dY) with the weights in registers; W[k, t_h, t_w]
-    at ``k·F_H·F_W + t_h·F_W + t_w`` (C/G = K/G = 1). Depth arguments are 1 / 0 (2D)."""
-    C, n, cols, col_ok, base_w, oh0, rows_here, base_d, store_mask, y_tile, y_row0 = _strip_origin(
-        CHANNELS, OUT_D, OUT_H, OUT_W, STR_D, STR_W, PAD_D, PAD_W, ROWS, BLOCK_W, BLOCK_N, INDEX64)
-    taps = F_H * F_W
-    wts = ()
-    for i in tl.static_range(F_H * F_H):
-        if FLIP:
-            tap = (F_H - 1 - i // F_H) * F_W + (F_W - 1 - i % F_H)
-        else:
-            tap = (i // F_H) * F_W + i % F_H
-        wv = tl.load(w_ptr + cols * taps + tap, mask=col_ok & (i % F_H < F_W), other=0.0)
-        if WEIGHTS_FP32:
-            wv = wv.to(tl.float32)
-        wts = wts + (wv,)
-
-    x_plane = n * IN_H
-    steps = rows_here + F_H - 1
-    acc = _zeros_tuple(F_H, BLOCK_W, BLOCK_N)
-    # Defined before the loop in both modes (a loop-carried value); without PREFETCH it is dead code.
-    nxt = _dw2d_row(x_ptr, 0, steps, oh0, PAD_H, IN_H, x_plane, IN_W, C, base_w, DIL_W, cols, col_ok, F_W, F_H)
-    for s in range(0, steps):
-        if PREFETCH:
-            cur = nxt
-            nxt = _dw2d_row(x_ptr, s + 1, steps, oh0, PAD_H, IN_H, x_plane, IN_W, C, base_w, DIL_W, cols, col_ok,
-                            F_W, F_H)
-        else:
-            cur = _dw2d_row(x_ptr, s, steps, oh0, PAD_H, IN_H, x_plane, IN_W, C, base_w, DIL_W, cols, col_ok,
-                            F_W, F_H)
-        for tw in tl.static_range(F_H):
-            if tw < F_W:
-                xv = _f32(cur[tw])
-                out = ()
-                for th in tl.static_range(F_H):
-                    out = out + (acc[th] + xv * wts[th * F_H + tw].to(tl.float32)[None, :],)
-                acc = out
-        if s >= F_H - 1:
-            out_row = y_row0 + (s - (F_H - 1)) * OUT_W * C
-            tl.store(y_ptr + out_row + y_tile, acc[F_H - 1].to(y_ptr.dtype.element_ty), mask=store_mask)
-        acc = (tl.zeros((BLOCK_W, BLOCK_N), dtype=tl.float32),) + acc[:F_H - 1]
-
-
-@triton.jit
-def _dw2d_row(x_ptr, s, steps, oh0, PAD_H, IN_H, x_plane, IN_W, C, base_w, DIL_W, cols, col_ok, F_W,
-              F_H: tl.constexpr):
-    """Input row ``o_h0 − pad_h + s`` shifted by each filter column (zeros outside the input)."""
-    ih = oh0 - PAD_H + s
-    ok_row = (s < steps) & (ih >= 0) & (ih < IN_H)
-    x_row = (x_plane + ih) * IN_W * C
-    out = ()
-    for tw in tl.static_range(F_H):
-        i_w = base_w + tw * DIL_W
-        ok = ok_row & (tw < F_W) & (i_w.to(tl.uint32, bitcast=True) < IN_W.to(tl.uint32))
-        out = out + (tl.load(x_ptr + x_row + ((i_w * C)[:, None] + cols[None, :]), mask=ok[:, None] & col_ok[None, :],
-                             other=0.0),)
-    return out
-
-
-def _hoisted_call(problem: ConvProblem, setup, block_w: int, block_n: int, warps: int, weights_fp32: bool,
-                  prefetch: bool, kernel=None):
-    kernel = kernel or _dw2d_hoisted_kernel
-    geo = data_geometry(problem)
-    f_h = geo["filter"][1]
-    probe = KernelConfig(problem.direction, problem.dtype, 2, Family.DWROLL, block_w, block_n, f_h, warps, 1, 1, 1,
-                         1, 8, False)
-    rows = data_rows(problem, probe, geo)
-    out_d, out_h, out_w = geo["out"]
-    grid = (cdiv(problem.in_channels, block_n) * cdiv(out_w, block_w) * cdiv(out_h, rows) * problem.batch * out_d,)
-    args = (*_data_args(problem, geo), rows)
-
-    def call(i):
-        kernel[grid](setup.first[i], setup.second[i], setup.out[i], *args, BLOCK_W=block_w,
-                                   BLOCK_N=block_n, F_H=f_h, FLIP=problem.direction is Direction.BACKWARD_DATA,
-                                   WEIGHTS_FP32=weights_fp32, PREFETCH=prefetch, INDEX64=False, num_warps=warps)
-    return call
-
 
 DW_PROBLEMS = (
     # dev suite
@@ -163,34 +72,18 @@ DW_PROBLEMS = (
     "{d}|bf16|2d|n128|g960|c960|k960|in7x7|f3x3|s1x1|d1x1|pb1x1|pe1x1",
     "{d}|bf16|2d|n32|g192|c192|k192|in28x28|f7x7|s1x1|d1x1|pb3x3|pe3x3",
 )
-#: (BLOCK_W, BLOCK_N, warps); with the weights held, 16 elements per thread cost 180 registers (ptxas),
-#: 8 elements 128: the 8-element tiles come first.
-HOISTED_TILES = ((64, 32, 8), (32, 32, 4), (32, 64, 8), (16, 64, 4), (64, 32, 4), (128, 32, 8))
 
 
-def _dw_data_variants(problem: ConvProblem):
-    """(name, config or None, call factory) for every variant of one data-direction problem."""
+def _dw_data_configs(problem: ConvProblem):
+    """Every dwroll forward / backward-data tile of ``default`` for the problem's filter height."""
     f_h = problem.filter_size[0]
-    from tiledispatch.native.rules import DWROLL_DATA_TILES, DWROLL_PREFETCH_DATA_TILES
-
     for stages, tiles in ((1, DWROLL_DATA_TILES[f_h]), (2, DWROLL_PREFETCH_DATA_TILES[f_h])):
         for bw, bn, warps in tiles:
             yield KernelConfig(problem.direction, problem.dtype, 2, Family.DWROLL, bw, bn, f_h, warps, stages, 1, 1, 1,
                                8, False)
-    if f_h != 3:  # 5x5 / 7x7 weights do not fit in registers beside the accumulators
-        return
-    for bw, bn, warps in HOISTED_TILES:
-        for weights_fp32 in (True,):  # bf16-held weights compile to the same registers (ptxas): widened once
-            for prefetch in (False, True):
-                kind = ("f32w" if weights_fp32 else "bf16w") + ("_prefetch" if prefetch else "")
-                name = f"hoisted_{bw}x{bn}_w{warps}_{kind}"
-                yield name, (bw, bn, warps, weights_fp32, prefetch)
 
 
-# ------------------------------------------------------------------------------------------ dw_weight
 def _dw_weight_configs(problem: ConvProblem):
-    from tiledispatch.native.rules import DWROLL_WEIGHT_TILES
-
     f_h = problem.filter_size[0]
     splits = (32, 64, 128, 256) if f_h == 3 else (16, 32, 64, 128)
     for bw, bn, warps in DWROLL_WEIGHT_TILES[f_h]:
@@ -259,63 +152,6 @@ def _gmerge_fwd_persistent_kernel(
         tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
 
 
-@triton.jit
-def _gmerge_fwd_cached_kernel(
-    x_ptr, p_ptr, y_ptr,
-    BATCH, GROUPS, CG, KG, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W,
-    F_D, F_H, F_W, STR_D, STR_H, STR_W, DIL_D, DIL_H, DIL_W, PAD_D, PAD_H, PAD_W,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    MERGE: tl.constexpr, A_CACHE: tl.constexpr,
-):
-    """igemm_fwd's gmerge program (v8, packed weights), one tile per program, with the activation loads
-    under cache modifier ``A_CACHE`` (".ca": keep them in L1, where the 9 taps' overlapping rows could
-    hit, instead of the L2-only 16-byte ``cp.async.cg`` the pipeliner emits by default)."""
-    C_TOTAL, K_TOTAL, CG, KG, GC, GK = aligned_channels(GROUPS, CG, KG, MERGE, 8)
-    M = BATCH * OUT_D * OUT_H * OUT_W
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(GK, BLOCK_N)
-    pid_m, pid_n = grouped_tile(tl.program_id(0), num_pid_m, num_pid_n, GROUP_M)
-    group_block = tl.program_id(1)
-    taps = F_D * F_H * F_W
-    k_blocks = tl.cdiv(GC, BLOCK_K)
-    red = tl.arange(0, BLOCK_K)
-    c0 = group_block * GC
-    k0 = group_block * GK
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < M
-    col_ok = (cols < GK) & (k0 + cols < K_TOTAL)
-    ow = rows % OUT_W
-    t = rows // OUT_W
-    oh = t % OUT_H
-    t = t // OUT_H
-    od = t % OUT_D
-    nb = t // OUT_D
-    base_d = od * STR_D - PAD_D
-    base_h = oh * STR_H - PAD_H
-    base_w = ow * STR_W - PAD_W
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for it in tl.range(0, taps * k_blocks):
-        tap = it // k_blocks
-        r = (it % k_blocks) * BLOCK_K + red
-        r_ok = (r < GC) & (c0 + r < C_TOTAL)
-        tw = tap % F_W
-        th = (tap // F_W) % F_H
-        td = tap // (F_W * F_H)
-        i_d = base_d + td * DIL_D
-        i_h = base_h + th * DIL_H
-        i_w = base_w + tw * DIL_W
-        in_ok = row_ok & (i_d >= 0) & (i_d < IN_D) & (i_h >= 0) & (i_h < IN_H) & (i_w >= 0) & (i_w < IN_W)
-        x_row = (((nb * IN_D + i_d) * IN_H + i_h) * IN_W + i_w) * C_TOTAL
-        a = tl.load(x_ptr + (x_row[:, None] + (c0 + r)[None, :]), mask=in_ok[:, None] & r_ok[None, :], other=0.0,
-                    cache_modifier=A_CACHE)
-        b_ptrs = p_ptr + (((group_block * taps + tap) * GC + r) * GK)[:, None] + cols[None, :]
-        b = tl.load(b_ptrs, mask=(r < GC)[:, None] & (cols < GK)[None, :], other=0.0)
-        acc = tl.dot(a, b, acc)
-    y_ptrs = y_ptr + (rows * K_TOTAL)[:, None] + (k0 + cols)[None, :]
-    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
-
-
 GROUPED_FWD_PROBLEMS = (  # ResNeXt-50 32x4d's grouped 3x3 layers (dev suite)
     "fwd|bf16|2d|n32|g32|c128|k128|in56x56|f3x3|s1x1|d1x1|pb1x1|pe1x1",
     "fwd|bf16|2d|n32|g32|c256|k256|in28x28|f3x3|s1x1|d1x1|pb1x1|pe1x1",
@@ -340,51 +176,29 @@ def _gmerge_configs():
 PERSISTENT_TILES = ((128, 64, 64, 4, 3), (128, 32, 32, 4, 4), (64, 32, 32, 4, 4), (64, 64, 64, 4, 3))
 
 
+def _packed_weights(problem: ConvProblem, setup, config: KernelConfig) -> list:
+    """gmerge's packed block-diagonal operand of each input set's weights (gmerge_pack.py), made once, untimed."""
+    workspace = torch.empty(gmerge_pack.workspace_elements(problem, config), dtype=torch.float32, device="cuda")
+    program = gmerge_pack.programs(config, backward_data=False)["pack"]
+    packs = []
+    for w in setup.second:
+        launch_pack, packed = gmerge_pack.pack_launch(problem, config, w, workspace.clone())
+        program.fn[launch_pack.grid](*launch_pack.args, **program.constexprs, num_warps=program.num_warps)
+        packs.append(packed)
+    return packs
+
+
 def _persistent_call(problem: ConvProblem, setup, tile, merge: int, programs: int, warp_specialize: bool):
     bm, bn, bk, warps, stages = tile
     config = KernelConfig(Direction.FORWARD, DType.BF16, 2, Family.GMERGE, bm, bn, bk, warps, stages, 8, 1, merge, 8,
                           False)
-    workspace = torch.empty(gmerge_pack.workspace_elements(problem, config), dtype=torch.float32, device="cuda")
-    packs = []
-    for w in setup.second:
-        launch_pack, packed = gmerge_pack.pack_launch(problem, config, w, workspace.clone())
-        program = gmerge_pack.programs(config, backward_data=False)["pack"]
-        program.fn[launch_pack.grid](*launch_pack.args, **program.constexprs, num_warps=program.num_warps)
-        packs.append(packed)
+    packs = _packed_weights(problem, setup, config)
     sizes = (problem.batch, problem.groups, problem.c_per_group, problem.k_per_group, *spatial_args(problem))
 
     def call(i):
         _gmerge_fwd_persistent_kernel[(programs,)](
             setup.first[i], packs[i], setup.out[i], *sizes, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8,
             MERGE=merge, PROGRAMS=programs, WARP_SPECIALIZE=warp_specialize, num_warps=warps, num_stages=stages)
-    return call, config
-
-
-CACHED_TILES = ((128, 32, 32, 4), (128, 64, 64, 4), (64, 64, 64, 4), (256, 32, 32, 8), (128, 64, 32, 8),
-                (64, 32, 32, 4))
-
-
-def _cached_call(problem: ConvProblem, setup, tile, merge: int, stages: int, kernel=None):
-    """One-tile-per-program gmerge forward at pipeline depth ``stages`` (1: plain L1-cached loads)."""
-    kernel = kernel or _gmerge_fwd_cached_kernel
-    bm, bn, bk, warps = tile
-    config = KernelConfig(Direction.FORWARD, DType.BF16, 2, Family.GMERGE, bm, bn, bk, warps, max(stages, 1), 8, 1,
-                          merge, 8, False)
-    workspace = torch.empty(gmerge_pack.workspace_elements(problem, config), dtype=torch.float32, device="cuda")
-    packs = []
-    for w in setup.second:
-        launch_pack, packed = gmerge_pack.pack_launch(problem, config, w, workspace.clone())
-        program = gmerge_pack.programs(config, backward_data=False)["pack"]
-        program.fn[launch_pack.grid](*launch_pack.args, **program.constexprs, num_warps=program.num_warps)
-        packs.append(packed)
-    sizes = (problem.batch, problem.groups, problem.c_per_group, problem.k_per_group, *spatial_args(problem))
-    m = problem.batch * math.prod(problem.output_size)
-    grid = (cdiv(m, bm) * cdiv(merge * problem.k_per_group, bn), cdiv(problem.groups, merge))
-
-    def call(i):
-        kernel[grid](setup.first[i], packs[i], setup.out[i], *sizes, BLOCK_M=bm, BLOCK_N=bn,
-                                        BLOCK_K=bk, GROUP_M=8, MERGE=merge, A_CACHE="", num_warps=warps,
-                                        num_stages=stages)
     return call, config
 
 
@@ -431,6 +245,21 @@ def _dwroll_jit_call(problem: ConvProblem, setup, block_w: int, block_n: int, wa
     def call(i):
         kernel[grid](setup.first[i], wts[i], setup.out[i], *args, BLOCK_W=block_w, BLOCK_N=block_n, F_H=f_h,
                      INDEX64=False, num_warps=warps)
+    return call
+
+
+def _gmerge_call(problem: ConvProblem, setup, config: KernelConfig, kernel):
+    """igemm_fwd's program for a gmerge config, compiled as ``kernel`` (a :func:`_specialised` copy), on
+    weights packed once per input set (the pack launch untimed)."""
+    packs = _packed_weights(problem, setup, config)
+    sizes = (problem.batch, problem.groups, problem.c_per_group, problem.k_per_group, *spatial_args(problem))
+    m = problem.batch * math.prod(problem.output_size)
+    grid = (cdiv(m, config.block_m) * cdiv(config.merge * problem.k_per_group, config.block_n),
+            cdiv(problem.groups, config.merge))
+
+    def call(i):
+        kernel[grid](setup.first[i], packs[i], setup.out[i], *sizes, **tensor_core_constexprs(config),
+                     num_warps=config.num_warps, num_stages=config.num_stages)
     return call
 
 
@@ -503,37 +332,26 @@ class Probe:
             writer.writerows(self.rows)
         tmp.replace(path)
 
+    def sweep(self, section: str, problems: list[ConvProblem], configs_of) -> None:
+        """cuDNN and every config ``configs_of(problem)`` yields (compiled first, in parallel) on each problem."""
+        self.compile(sorted({c for p in problems for c in configs_of(p)}, key=lambda c: c.name))
+        for problem in problems:
+            print(problem.key, flush=True)
+            setup = new_setup(problem, self.settings)
+            self.cudnn(section, problem, setup)
+            for config in configs_of(problem):
+                if is_supported(problem, config):
+                    self.measure(section, problem, setup, config.name, self.config_call(problem, setup, config))
+            del setup
+
     # sections
     def dw_data(self) -> None:
         problems = [ConvProblem.from_key(k.format(d=d)) for d in ("fwd", "bwd_data") for k in DW_PROBLEMS]
-        configs = {v for p in problems for v in _dw_data_variants(p) if isinstance(v, KernelConfig)}
-        self.compile(sorted(configs, key=lambda c: c.name))
-        for problem in problems:
-            print(problem.key, flush=True)
-            setup = new_setup(problem, self.settings)
-            self.cudnn("dw_data", problem, setup)
-            for variant in _dw_data_variants(problem):
-                if isinstance(variant, KernelConfig):
-                    if is_supported(problem, variant):
-                        self.measure("dw_data", problem, setup, variant.name, self.config_call(problem, setup, variant))
-                else:
-                    name, (bw, bn, warps, weights_fp32, prefetch) = variant
-                    self.measure("dw_data", problem, setup, name,
-                                 _hoisted_call(problem, setup, bw, bn, warps, weights_fp32, prefetch))
-            del setup
+        self.sweep("dw_data", problems, _dw_data_configs)
 
     def dw_weight(self) -> None:
-        problems = [ConvProblem.from_key(k.format(d="bwd_weight")) for k in DW_PROBLEMS]
-        configs = {c for p in problems for c in _dw_weight_configs(p)}
-        self.compile(sorted(configs, key=lambda c: c.name))
-        for problem in problems:
-            print(problem.key, flush=True)
-            setup = new_setup(problem, self.settings)
-            self.cudnn("dw_weight", problem, setup)
-            for config in _dw_weight_configs(problem):
-                if is_supported(problem, config):
-                    self.measure("dw_weight", problem, setup, config.name, self.config_call(problem, setup, config))
-            del setup
+        self.sweep("dw_weight", [ConvProblem.from_key(k.format(d="bwd_weight")) for k in DW_PROBLEMS],
+                   _dw_weight_configs)
 
     def grouped_fwd(self) -> None:
         problems = [ConvProblem.from_key(k) for k in GROUPED_FWD_PROBLEMS]
@@ -562,43 +380,28 @@ class Probe:
                                 self.measure("grouped_fwd", problem, setup, name, call)
             del setup
 
-
-    def grouped_l1(self) -> None:
-        for problem in [ConvProblem.from_key(k) for k in GROUPED_FWD_PROBLEMS]:
-            print(problem.key, flush=True)
-            setup = new_setup(problem, self.settings)
-            self.cudnn("grouped_l1", problem, setup)
-            for tile in CACHED_TILES:
-                for merge in (2, 4, 8, 16):
-                    for stages in (1, _STAGES[tile[2]]):
-                        call, config = _cached_call(problem, setup, tile, merge, stages)
-                        if is_supported(problem, config):
-                            name = f"cached_{tile[0]}x{tile[1]}x{tile[2]}_w{tile[3]}_s{stages}_mg{merge}"
-                            self.measure("grouped_l1", problem, setup, name, call)
-            del setup
-
-
     def specialize(self) -> None:
         from tiledispatch.native.kernels.dwroll import _dwroll_data_kernel
+        from tiledispatch.native.kernels.igemm_fwd import _igemm_fwd_kernel
 
-        modes = ("full", "ones", "none")
-        cached = {m: _specialised(_gmerge_fwd_cached_kernel, m) for m in modes}
-        hoisted = {m: _specialised(_dw2d_hoisted_kernel, m) for m in modes}
+        modes = ("full", "depth", "unit", "none")
+        gmerge = {m: _specialised(_igemm_fwd_kernel, m) for m in modes}
         rolling = {m: _specialised(_dwroll_data_kernel, m) for m in modes}
         for key in GROUPED_FWD_PROBLEMS:
             problem = ConvProblem.from_key(key)
             print(problem.key, flush=True)
             setup = new_setup(problem, self.settings)
             self.cudnn("specialize", problem, setup)
-            for tile, merge, stages in (((128, 32, 32, 4), 8, 1), ((128, 32, 32, 4), 8, 4), ((128, 32, 32, 4), 4, 1),
-                                        ((128, 32, 32, 4), 2, 1), ((128, 64, 64, 4), 8, 3)):
-                for mode in modes:
-                    call, config = _cached_call(problem, setup, tile, merge, stages, kernel=cached[mode])
-                    if is_supported(problem, config):
-                        name = f"cached_{tile[0]}x{tile[1]}x{tile[2]}_w{tile[3]}_s{stages}_mg{merge}_{mode}"
-                        self.measure("specialize", problem, setup, name, call)
+            for (bm, bn, bk, warps, stages), merge in (((128, 32, 32, 4, 1), 8), ((128, 32, 32, 4, 1), 4),
+                                                        ((128, 32, 32, 4, 1), 2), ((128, 64, 64, 4, 3), 8)):
+                config = KernelConfig(Direction.FORWARD, DType.BF16, 2, Family.GMERGE, bm, bn, bk, warps, stages, 8,
+                                      1, merge, 8, False)
+                if is_supported(problem, config):
+                    for mode in modes:
+                        self.measure("specialize", problem, setup, f"{config.name}_{mode}",
+                                     _gmerge_call(problem, setup, config, gmerge[mode]))
             del setup
-        for key in (DW_PROBLEMS[0], DW_PROBLEMS[2], DW_PROBLEMS[3]):
+        for key in (DW_PROBLEMS[0], DW_PROBLEMS[3]):
             for direction in ("fwd", "bwd_data"):
                 problem = ConvProblem.from_key(key.format(d=direction))
                 print(problem.key, flush=True)
@@ -608,44 +411,13 @@ class Probe:
                     for bw, bn, warps in ((64, 32, 4), (32, 32, 4), (16, 128, 4)):
                         self.measure("specialize", problem, setup, f"dwroll_{bw}x{bn}_w{warps}_{mode}",
                                      _dwroll_jit_call(problem, setup, bw, bn, warps, rolling[mode]))
-                    for bw, bn, warps, prefetch in ((16, 64, 4, True), (16, 64, 4, False), (32, 32, 4, False)):
-                        name = f"hoisted_{bw}x{bn}_w{warps}{'_prefetch' if prefetch else ''}_{mode}"
-                        self.measure("specialize", problem, setup, name,
-                                     _hoisted_call(problem, setup, bw, bn, warps, True, prefetch, kernel=hoisted[mode]))
                 del setup
-
-
-    def specialize_depth(self) -> None:
-        from tiledispatch.native.kernels.dwroll import _dwroll_data_kernel
-
-        modes = ("full", "depth", "unit", "none")
-        cached = {m: _specialised(_gmerge_fwd_cached_kernel, m) for m in modes}
-        rolling = {m: _specialised(_dwroll_data_kernel, m) for m in modes}
-        for key in GROUPED_FWD_PROBLEMS:
-            problem = ConvProblem.from_key(key)
-            print(problem.key, flush=True)
-            setup = new_setup(problem, self.settings)
-            for tile, merge, stages in (((128, 32, 32, 4), 8, 1), ((128, 32, 32, 4), 4, 1), ((128, 32, 32, 4), 2, 1)):
-                for mode in modes:
-                    call, config = _cached_call(problem, setup, tile, merge, stages, kernel=cached[mode])
-                    name = f"cached_{tile[0]}x{tile[1]}x{tile[2]}_w{tile[3]}_s{stages}_mg{merge}_{mode}"
-                    self.measure("specialize_depth", problem, setup, name, call)
-            del setup
-        for key in (DW_PROBLEMS[0], DW_PROBLEMS[3]):
-            problem = ConvProblem.from_key(key.format(d="fwd"))
-            print(problem.key, flush=True)
-            setup = new_setup(problem, self.settings)
-            for mode in modes:
-                for bw, bn, warps in ((64, 32, 4), (16, 128, 4)):
-                    self.measure("specialize_depth", problem, setup, f"dwroll_{bw}x{bn}_w{warps}_{mode}",
-                                 _dwroll_jit_call(problem, setup, bw, bn, warps, rolling[mode]))
-            del setup
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--sections", default="dw_weight,dw_data,grouped_fwd")
+    parser.add_argument("--sections", default="dw_weight,dw_data,grouped_fwd,specialize")
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--cache-dir", type=Path, default=Path("/tmp/probe_registry"))
     args = parser.parse_args(argv)
