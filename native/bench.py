@@ -347,6 +347,7 @@ def _row(problem: ConvProblem, ceilings: Ceilings, kernel: str, status: str, *, 
         "bound_us": bound, "fma_bound_us": ceilings.fma_bound_us(problem),
         "fraction_of_roofline": bound / best if best == best and best > 0 else float("nan"),
         "message": message[:500],
+        "kernel_build": "",  # measure_iter: the registry's build id of the binaries timed (registry.build_id)
     }
     for name in ("block_m", "block_n", "block_k", "num_warps", "num_stages", "group_m", "split_k", "merge", "vec"):
         row[name] = getattr(config, name) if config else -1
@@ -452,6 +453,7 @@ def measure_iter(problem: ConvProblem, configs: list[KernelConfig], registry: An
     for config in configs:
         notify(config.name)
         row = measure_kernel(setup, config, loader, ceilings, settings, best)
+        row["kernel_build"] = registry.builds.get(config.name, "")
         if row["status"] == "ok":
             best = min(best, prune_reference_us(row))
         yield row

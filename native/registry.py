@@ -101,6 +101,24 @@ def artifact_key(config: KernelConfig, program_name: str, program: Any, arch: st
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 
+def build_id(program_keys: dict[str, str]) -> str:
+    """A kernel's build: what its name alone does not say. The name is its config; the artifact keys of
+    its programs also cover the kernel source, Triton, the target, every compile-time constant, the
+    signature, warps and stages. Hashed to 16 hex digits. A kernel whose code changed keeps its name
+    and gets a new build id, so a measurement carrying the id of the build it timed is never taken for
+    another build's (the tuning database and benchmark rows record it)."""
+    return hashlib.sha256(json.dumps(sorted(program_keys.items())).encode()).hexdigest()[:16]
+
+
+def config_build_id(config: KernelConfig, arch: str) -> str:
+    """:func:`build_id` computed from the source (no compile, no GPU): what a build of ``config`` for
+    ``arch`` with this checkout and this Triton would record."""
+    from tiledispatch.native.launch import template_for
+
+    programs = template_for(config).programs(config)
+    return build_id({name: artifact_key(config, name, program, arch) for name, program in programs.items()})
+
+
 # ---- building ---------------------------------------------------------------------------------
 def _cuobjdump() -> str:
     import triton
@@ -274,6 +292,8 @@ class Registry:
         self.entries = {name: entry for name, entry in manifest["kernels"].items()
                         if entry["status"] in ("ok", "cached")}
         self.configs = [parse_kernel_name(name) for name in sorted(self.entries)]
+        #: kernel name -> :func:`build_id` of the binaries this registry holds
+        self.builds = {name: build_id(entry.get("programs", {})) for name, entry in self.entries.items()}
         self._loaded: dict[str, dict[str, Any]] = {}
 
     @classmethod

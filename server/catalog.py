@@ -36,9 +36,13 @@ class KernelEntry:
 
 
 class Catalog:
-    def __init__(self, configs: Iterable[KernelConfig], source: str, quarantined: dict[str, str] | None = None):
+    def __init__(self, configs: Iterable[KernelConfig], source: str, quarantined: dict[str, str] | None = None,
+                 builds: dict[str, str] | None = None):
         self.configs = tuple(sorted(configs, key=lambda c: c.name))
         self.source = source
+        #: kernel name -> build id of the registry's binaries (native.registry.build_id); empty without a
+        #: registry (the rule set's kernels are compiled on demand: no build to name)
+        self.builds = dict(builds or {})
         self.by_name = {c.name: c for c in self.configs}
         index: dict[tuple[Direction, DType, int], list[KernelConfig]] = defaultdict(list)
         for config in self.configs:
@@ -55,7 +59,7 @@ class Catalog:
             try:
                 registry_module = importlib.import_module("tiledispatch.native.registry")
                 registry = registry_module.Registry.load(registry_dir, spec.arch)
-                return cls(registry.configs, f"registry:{registry_dir}", quarantined)
+                return cls(registry.configs, f"registry:{registry_dir}", quarantined, registry.builds)
             except (ImportError, OSError, ValueError, KeyError, RuntimeError) as error:
                 log.warning("no usable kernel registry; using the rule set",
                             extra={"registry_dir": str(registry_dir), "error": str(error), "rule_set": rule_set})

@@ -181,7 +181,9 @@ class Selector:
         ranked, unranked = self._candidates(query, predictor)
         source = Source.ANALYTIC if predictor.kind == "analytic" else Source.MODEL
         if query.policy in (Policy.DEFAULT, Policy.TUNING_DB_ONLY):
-            measured = {b.kernel: b.time_us for b in self.db.best_times(query.problem.key, self.device)}
+            # Only measurements of the binaries in use (the registry's builds; none known: every one).
+            builds = self.catalog.builds or None
+            measured = {b.kernel: b.time_us for b in self.db.best_times(query.problem.key, self.device, builds)}
             # A measurement is evidence for any candidate, including one the model may not rank.
             hits = [replace(c, measured_us=measured[c.config.name]) for c in ranked + unranked
                     if c.config.name in measured]

@@ -318,7 +318,8 @@ class Dispatcher:
             device=self.env.device_spec, gpu_name=self.env.gpu_name, median_us=_finite(m.median_us),
             min_us=_finite(m.min_us), graph_us=_finite(m.graph_us), status=m.status,
             relative_error=_finite(m.relative_error), error=m.message,
-            source=source, server_version=self.env.versions.get("tiledispatch", ""))])
+            source=source, server_version=self.env.versions.get("tiledispatch", ""),
+            kernel_build=self.catalog.builds.get(m.kernel, ""))])
 
     def _gpu_call(self, op: str, payload: dict, kernel: str) -> dict:
         try:

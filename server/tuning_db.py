@@ -20,7 +20,10 @@ from typing import Any
 
 from .errors import ResourceExhausted
 
-SCHEMA_VERSION = 1
+#: 2: measurements carry the build id of the kernel binaries they timed (``kernel_build``); a schema-1
+#: file is migrated in place when opened (one transaction: the column is added, every old row keeps
+#: an empty build, i.e. "not known").
+SCHEMA_VERSION = 2
 _SQLITE_FULL = 13
 
 _SCHEMA = """
@@ -41,7 +44,8 @@ CREATE TABLE IF NOT EXISTS measurements (
     error          TEXT NOT NULL DEFAULT '',
     source         TEXT NOT NULL,      -- benchmark | autotune
     measured_at    REAL NOT NULL,      -- unix seconds
-    server_version TEXT NOT NULL DEFAULT ''
+    server_version TEXT NOT NULL DEFAULT '',
+    kernel_build   TEXT NOT NULL DEFAULT ''  -- native.registry.build_id of the binaries timed ('' unknown)
 );
 CREATE INDEX IF NOT EXISTS measurements_lookup ON measurements (problem_key, device, kernel, id);
 CREATE TABLE IF NOT EXISTS quarantine (
@@ -78,6 +82,7 @@ class MeasurementRow:
     source: str
     measured_at: float = 0.0
     server_version: str = ""
+    kernel_build: str = ""
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,16 @@ class TuningDB:
             found = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
         if int(found) > SCHEMA_VERSION:
             raise RuntimeError(f"{path}: tuning database schema {found} is newer than this server's {SCHEMA_VERSION}")
+        if int(found) < 2:
+            self._migrate_to_2()
+
+    def _migrate_to_2(self) -> None:
+        """Schema 1 → 2: add ``kernel_build`` (old rows: '' = not known), in one transaction."""
+        with self._lock, self._write():
+            columns = {row[1] for row in self._conn.execute("PRAGMA table_info(measurements)")}
+            if "kernel_build" not in columns:
+                self._conn.execute("ALTER TABLE measurements ADD COLUMN kernel_build TEXT NOT NULL DEFAULT ''")
+            self._conn.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
 
     def close(self) -> None:
         with self._lock:
@@ -117,15 +132,16 @@ class TuningDB:
         """Store measurements atomically (all or none); returns how many."""
         now = time.time()
         values = [(r.problem_key, r.problem_json, r.kernel, r.arch, r.device, r.gpu_name, r.median_us, r.min_us,
-                   r.graph_us, r.status, r.relative_error, r.error, r.source, r.measured_at or now, r.server_version)
+                   r.graph_us, r.status, r.relative_error, r.error, r.source, r.measured_at or now, r.server_version,
+                   r.kernel_build)
                   for r in rows]
         if not values:
             return 0
         with self._lock, self._write():
             self._conn.executemany(
                 "INSERT INTO measurements (problem_key, problem_json, kernel, arch, device, gpu_name, median_us,"
-                " min_us, graph_us, status, relative_error, error, source, measured_at, server_version)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", values)
+                " min_us, graph_us, status, relative_error, error, source, measured_at, server_version, kernel_build)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", values)
         return len(values)
 
     def quarantine(self, kernel: str, device: str, reason: str) -> None:
@@ -140,21 +156,26 @@ class TuningDB:
         return cursor.rowcount > 0
 
     # ---- reads ---------------------------------------------------------------------------------
-    def best_times(self, problem_key: str, device: str) -> list[BestTime]:
+    def best_times(self, problem_key: str, device: str, builds: dict[str, str] | None = None) -> list[BestTime]:
         """Kernels measured for this exact problem on this device, fastest first.
 
         Each kernel counts by its latest measurement, so a kernel that turned wrong or faulted after
-        an earlier good run drops out. Times are device times (graph replay) where measured.
+        an earlier good run drops out. Times are device times (graph replay) where measured. With
+        ``builds`` (kernel name -> the build id of the binaries in use), only measurements of those
+        builds count: a kernel whose code changed since it was timed, or timed before builds were
+        recorded, has no measurement until it is timed again (the old rows stay, for export).
         """
         with self._lock:
             rows = self._conn.execute(
-                "SELECT kernel, time_us, measured_at FROM (SELECT m.kernel, COALESCE(m.graph_us, m.median_us) AS"
-                " time_us, m.measured_at, m.status FROM measurements m"
-                " JOIN (SELECT kernel, MAX(id) AS id FROM measurements WHERE problem_key=? AND device=?"
-                "       GROUP BY kernel) latest ON latest.id = m.id)"
-                " WHERE status='ok' AND time_us IS NOT NULL ORDER BY time_us, kernel",
-                (problem_key, device)).fetchall()
-        return [BestTime(*row) for row in rows]
+                "SELECT kernel, COALESCE(graph_us, median_us), measured_at, status, kernel_build FROM measurements"
+                " WHERE problem_key=? AND device=? ORDER BY id", (problem_key, device)).fetchall()
+        latest: dict[str, tuple] = {}
+        for kernel, time_us, measured_at, status, build in rows:
+            if builds is None or (build and builds.get(kernel) == build):
+                latest[kernel] = (time_us, measured_at, status)
+        best = [BestTime(kernel, time_us, measured_at) for kernel, (time_us, measured_at, status) in latest.items()
+                if status == "ok" and time_us is not None]
+        return sorted(best, key=lambda b: (b.time_us, b.kernel))
 
     def quarantined(self, device: str) -> dict[str, str]:
         with self._lock:

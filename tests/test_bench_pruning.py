@@ -23,6 +23,8 @@ def test_pruning_bar_is_the_best_event_time_not_the_graph_time(monkeypatch):
         return {"kernel": config.name, "status": "ok", "graph_us": 5.0, "event_median_us": 30.0}
 
     class Registry:
+        builds = {config.name: f"build-{i}" for i, config in enumerate(configs)}
+
         def loader(self):
             return None
 
@@ -31,6 +33,7 @@ def test_pruning_bar_is_the_best_event_time_not_the_graph_time(monkeypatch):
     settings = bench.BenchSettings(cache_dir="unused", oracle_only=True, include_cudnn=False)
     rows = list(bench.measure_iter(None, configs, Registry(), None, settings))
     assert [r["kernel"] for r in rows] == [c.name for c in configs]
+    assert [r["kernel_build"] for r in rows] == ["build-0", "build-1", "build-2"]  # the registry's, per row
     assert bars == [float("inf"), 30.0, 30.0]
     assert bench.PRUNE_FACTOR * bars[1] >= 30.0  # the same estimate would not be pruned
 

@@ -4,6 +4,7 @@ without register spills, in worker processes; a second build compiles nothing.""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -53,6 +54,27 @@ def test_registry_loads_every_built_kernel_without_compiling(built):
     registry = Registry.load(cache, "sm_90")
     assert len(registry) >= 24
     assert {c.family for c in registry.configs} == set(DEFAULT_FAMILIES)  # tiny keeps every default family
+
+
+def test_build_ids_name_the_binaries_and_follow_the_source(built):
+    from tiledispatch.native.registry import Registry, build_id
+
+    cache, _, _ = built
+    registry = Registry.load(cache, "sm_90")
+    ids = registry.builds
+    assert set(ids) == {c.name for c in registry.configs} and len(set(ids.values())) == len(ids)
+    # Computed from the source alone, they match what the build recorded (in a child process: this one
+    # runs Triton's interpreter, whose functions have no source key).
+    names = [c.name for c in registry.configs[:6]]
+    script = ("import json, sys; from tiledispatch.native.configs import parse_kernel_name; "
+              "from tiledispatch.native.registry import config_build_id; "
+              "print(json.dumps({n: config_build_id(parse_kernel_name(n), 'sm_90') for n in sys.argv[1:]}))")
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", script, *names], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout) == {name: ids[name] for name in names}
+    assert build_id({"main": "k1", "pack": "k2"}) == build_id({"pack": "k2", "main": "k1"})
+    assert build_id({"main": "k1"}) != build_id({"main": "k2"})
 
 
 def test_missing_registry_names_the_build_command(tmp_path):

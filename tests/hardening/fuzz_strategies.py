@@ -124,13 +124,17 @@ def _expect_problem(fields: dict, valid: frozenset[str]) -> frozenset[str]:
 
 
 # ---- Select --------------------------------------------------------------------------------------
+#: Family enum values a request may name (every one the proto defines but UNSPECIFIED).
+FAMILIES = tuple(sorted(v for v in pb.Family.values() if v != pb.FAMILY_UNSPECIFIED))
+
+
 @st.composite
 def select_cases(draw) -> Case:
     fields = draw(any_fields())
     policy = draw(st.one_of(st.sampled_from([0, 1, 2, 3, 4, 5]), INT32))
-    families = draw(st.one_of(st.just([]), st.lists(st.integers(1, 4), max_size=4),
-                              st.lists(st.one_of(st.integers(0, 6), INT32), max_size=3),
-                              st.integers(1, 4).map(lambda f: [f] * 10_000)))  # deeply repeated
+    families = draw(st.one_of(st.just([]), st.lists(st.sampled_from(FAMILIES), max_size=4),
+                              st.lists(st.one_of(st.integers(0, max(FAMILIES) + 2), INT32), max_size=3),
+                              st.sampled_from(FAMILIES).map(lambda f: [f] * 10_000)))  # deeply repeated
     top_k = draw(st.one_of(st.integers(0, 10), INT32))
     model = draw(st.one_of(st.none(), st.sampled_from([("analytic", ""), ("analytic", "1"), ("nope", ""),
                                                        ("", "1")])))
@@ -138,7 +142,7 @@ def select_cases(draw) -> Case:
     if model is not None:
         request.model.CopyFrom(pb.ModelRef(name=model[0], version=model[1]))
     base = {OK, UNIMPLEMENTED} if families else {OK}
-    if (oracle(fields) is None or policy not in range(6) or top_k < 0 or any(f not in range(1, 5) for f in families)
+    if (oracle(fields) is None or policy not in range(6) or top_k < 0 or any(f not in FAMILIES for f in families)
             or (model and not model[0] and model[1])):
         allowed = {INVALID}
     elif policy == 4:  # ANALYTIC_ONLY: a pin other than the analytic predictor contradicts it
@@ -223,7 +227,8 @@ def benchmark_cases(draw, kernel_names: list[str]) -> Case:
     broken = draw(st.integers(0, 3)) == 0  # a quarter of the requests carry a negative count
     top_k = draw(st.one_of(st.integers(-3, -1), st.sampled_from([-(2 ** 31)]))) if broken else draw(st.integers(1, 3))
     repeats = draw(st.integers(-2, -1)) if broken and draw(st.booleans()) else draw(st.integers(0, 3))
-    families = draw(st.one_of(st.just([]), st.lists(st.integers(1, 4), max_size=2), st.lists(INT32, max_size=2)))
+    families = draw(st.one_of(st.just([]), st.lists(st.sampled_from(FAMILIES), max_size=2),
+                              st.lists(INT32, max_size=2)))
     kernel_mode = draw(st.sampled_from(["none", "none", "known", "unknown", "empty", "repeated"]))
     kernels: list[str] = []
     if kernel_mode == "known":
@@ -238,7 +243,7 @@ def benchmark_cases(draw, kernel_names: list[str]) -> Case:
                                   families=families)
     problem = oracle(fields)
     if problem is None or top_k < 0 or repeats < 0 or kernel_mode == "empty" \
-            or any(f not in range(1, 5) for f in families):
+            or any(f not in FAMILIES for f in families):
         allowed = {INVALID}
     elif kernel_mode == "unknown":  # the baseline selection (with families) comes first
         allowed = {NOT_FOUND, UNIMPLEMENTED} if families else {NOT_FOUND}
@@ -257,7 +262,8 @@ def list_kernels_cases(draw) -> Case:
     direction = draw(st.one_of(st.integers(0, 3), INT32))
     dtype = draw(st.one_of(st.integers(0, 3), INT32))
     ndim = draw(st.one_of(st.sampled_from([0, 2, 3]), INT32))
-    families = draw(st.one_of(st.just([]), st.lists(st.integers(1, 4), max_size=3), st.lists(INT32, max_size=2)))
+    families = draw(st.one_of(st.just([]), st.lists(st.sampled_from(FAMILIES), max_size=3),
+                              st.lists(INT32, max_size=2)))
     fields = draw(st.one_of(st.none(), any_fields()))
     include = draw(st.booleans())
     request = pb.ListKernelsRequest(direction=direction, dtype=dtype, ndim=ndim, families=families,
@@ -265,7 +271,7 @@ def list_kernels_cases(draw) -> Case:
     if fields is not None:
         request.problem.CopyFrom(to_proto(fields))
     bad = (direction not in range(4) or dtype not in range(4) or ndim not in (0, 2, 3)
-           or any(f not in range(1, 5) for f in families) or (fields is not None and oracle(fields) is None)
+           or any(f not in FAMILIES for f in families) or (fields is not None and oracle(fields) is None)
            or (include and fields is None))
     return Case(request, frozenset({INVALID} if bad else {OK}), "list_kernels")
 

@@ -77,3 +77,47 @@ def test_memory_database_exports_too():
     db.record([row("a", 1.0)])
     assert [r["kernel"] for r in db.export()] == ["a"]
     db.close()
+
+
+def built(kernel: str, time_us: float, build: str, status: str = "ok") -> MeasurementRow:
+    return MeasurementRow(problem_key="k1", problem_json="{}", kernel=kernel, arch="sm_90", device="h200",
+                          gpu_name="NVIDIA H200", median_us=time_us, min_us=time_us, graph_us=time_us, status=status,
+                          relative_error=1e-3, error="", source="benchmark", kernel_build=build)
+
+
+def test_only_measurements_of_the_builds_in_use_count(db):
+    db.record([built("a", 10.0, "old"), built("b", 20.0, "b1"), row("c", 5.0)])  # c: no build recorded
+    db.record([built("a", 40.0, "new"), built("b", 30.0, "b0")])                  # b's latest is another build
+    current = {"a": "new", "b": "b1", "c": "c1"}
+    assert [(b.kernel, b.time_us) for b in db.best_times("k1", "h200", current)] == [("b", 20.0), ("a", 40.0)]
+    # a fault of the build in use drops it; without builds (no registry) every latest row counts, as before
+    db.record([built("b", 0.0, "b1", status="fault")])
+    assert [b.kernel for b in db.best_times("k1", "h200", current)] == ["a"]
+    assert [b.kernel for b in db.best_times("k1", "h200")] == ["c", "a"]
+
+
+def test_a_schema_1_file_gains_kernel_build_and_keeps_its_rows(tmp_path):
+    path = tmp_path / "v1.sqlite"
+    with sqlite3.connect(path) as conn:  # the schema-1 layout, one row
+        conn.executescript(
+            "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+            "INSERT INTO meta VALUES ('schema_version', '1');"
+            "CREATE TABLE measurements (id INTEGER PRIMARY KEY AUTOINCREMENT, problem_key TEXT NOT NULL,"
+            " problem_json TEXT NOT NULL, kernel TEXT NOT NULL, arch TEXT NOT NULL, device TEXT NOT NULL,"
+            " gpu_name TEXT NOT NULL, median_us REAL, min_us REAL, graph_us REAL, status TEXT NOT NULL,"
+            " relative_error REAL, error TEXT NOT NULL DEFAULT '', source TEXT NOT NULL, measured_at REAL NOT NULL,"
+            " server_version TEXT NOT NULL DEFAULT '');"
+            "INSERT INTO measurements (problem_key, problem_json, kernel, arch, device, gpu_name, median_us, status,"
+            " source, measured_at)"
+            " VALUES ('k1', '{}', 'a', 'sm_90', 'h200', 'NVIDIA H200', 7.0, 'ok', 'benchmark', 1);")
+    database = TuningDB(path)
+    try:
+        assert database._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "2"
+        [old] = list(database.export())
+        assert old["kernel_build"] == "" and old["median_us"] == 7.0
+        assert [b.kernel for b in database.best_times("k1", "h200")] == ["a"]
+        assert database.best_times("k1", "h200", {"a": "x"}) == []  # its build is not known: not evidence
+        database.record([built("a", 9.0, "x")])
+        assert [(b.kernel, b.time_us) for b in database.best_times("k1", "h200", {"a": "x"})] == [("a", 9.0)]
+    finally:
+        database.close()
