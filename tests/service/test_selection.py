@@ -218,3 +218,28 @@ def test_a_measured_kernel_the_model_may_not_rank_still_wins(parts):
     assert selection.source is Source.TUNING_DB and selection.best.config.name == unseen.name
     # the unmeasured rest is the model's ranking: no other unranked family is added
     assert {c.config.family for c in selection.candidates[1:]} == {Family.DIRECT}
+
+
+def test_measurements_of_another_build_of_a_kernel_are_not_evidence(tmp_path):
+    """A registry's kernel keeps its name when its code changes; only times of the binary in use count."""
+    db = TuningDB(tmp_path / "t.sqlite")
+    configs = Catalog.load(None, SPEC).configs
+    catalog = Catalog(configs, "registry:test", builds={c.name: "current" for c in configs})
+    selector = Selector(catalog, ModelStore.load(tmp_path / "no-models", SPEC), db, SPEC.name, Metrics(), cache_size=8)
+    try:
+        p = problem()
+        name = selector.select(SelectQuery(p)).candidates[-1].config.name
+
+        def measured(build: str) -> MeasurementRow:
+            return MeasurementRow(p.key, p.to_json(), name, "sm_90", "h200", "gpu", 1.0, 1.0, None, "ok", 0.0, "",
+                                  "test", kernel_build=build)
+
+        db.record([measured("before-the-change")])
+        selector.invalidate()
+        assert selector.select(SelectQuery(p)).source is Source.ANALYTIC
+        db.record([measured("current")])
+        selector.invalidate()
+        selection = selector.select(SelectQuery(p))
+        assert selection.source is Source.TUNING_DB and selection.best.config.name == name
+    finally:
+        db.close()
