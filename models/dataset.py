@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from tiledispatch.models import builds
 from tiledispatch.native.configs import KernelConfig, parse_kernel_name
 from tiledispatch.native.problem import ConvProblem
 
@@ -66,7 +67,7 @@ def read_rows(data_dirs: Iterable[Path | str]) -> tuple[Any, list[dict]]:
         shards = sorted(directory.glob("rows-*.parquet"))
         if not shards:
             raise FileNotFoundError(f"{directory}: no rows-*.parquet shards")
-        frame = pd.concat([pd.read_parquet(s) for s in shards], ignore_index=True)
+        frame = builds.attach(pd.concat([pd.read_parquet(s) for s in shards], ignore_index=True), directory)
         manifest_file = directory / "manifest.json"
         manifest = json.loads(manifest_file.read_text()) if manifest_file.exists() else {}
         completion = bool(manifest.get("completes"))

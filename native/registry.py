@@ -33,7 +33,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -59,6 +59,7 @@ class BuildResult:
     local_bytes: int = 0
     compile_s: float = 0.0
     error: str = ""
+    build: str = ""                   # native.build_ids: which binary, beyond the name (measurements record it)
 
     @property
     def usable(self) -> bool:
@@ -99,24 +100,6 @@ def artifact_key(config: KernelConfig, program_name: str, program: Any, arch: st
         "num_stages": program.num_stages,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
-
-
-def build_id(program_keys: dict[str, str]) -> str:
-    """A kernel's build: what its name alone does not say. The name is its config; the artifact keys of
-    its programs also cover the kernel source, Triton, the target, every compile-time constant, the
-    signature, warps and stages. Hashed to 16 hex digits. A kernel whose code changed keeps its name
-    and gets a new build id, so a measurement carrying the id of the build it timed is never taken for
-    another build's (the tuning database and benchmark rows record it)."""
-    return hashlib.sha256(json.dumps(sorted(program_keys.items())).encode()).hexdigest()[:16]
-
-
-def config_build_id(config: KernelConfig, arch: str) -> str:
-    """:func:`build_id` computed from the source (no compile, no GPU): what a build of ``config`` for
-    ``arch`` with this checkout and this Triton would record."""
-    from tiledispatch.native.launch import template_for
-
-    programs = template_for(config).programs(config)
-    return build_id({name: artifact_key(config, name, program, arch) for name, program in programs.items()})
 
 
 # ---- building ---------------------------------------------------------------------------------
@@ -235,6 +218,10 @@ def build(configs: Iterable[KernelConfig], *, arch: str, cache_dir: Path | str, 
                 if progress:
                     progress(index, len(names), results[-1])
     results.sort(key=lambda r: r.kernel)
+    from tiledispatch.native.build_ids import build_ids
+
+    ids = build_ids([r.kernel for r in results if r.usable], arch)  # one interpreter for all, no compile
+    results = [replace(r, build=ids.get(r.kernel, "")) for r in results]
     _update_manifest(cache, arch, results, {
         "rule_set": rule_set, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "seconds": round(time.time() - started, 2), "workers": workers, "kernels": len(results),
@@ -292,8 +279,9 @@ class Registry:
         self.entries = {name: entry for name, entry in manifest["kernels"].items()
                         if entry["status"] in ("ok", "cached")}
         self.configs = [parse_kernel_name(name) for name in sorted(self.entries)]
-        #: kernel name -> :func:`build_id` of the binaries this registry holds
-        self.builds = {name: build_id(entry.get("programs", {})) for name, entry in self.entries.items()}
+        #: kernel name -> build id (native.build_ids) of the binaries this registry holds, where the build
+        #: recorded one (manifests written before session 7 have none)
+        self.builds = {name: entry["build"] for name, entry in self.entries.items() if entry.get("build")}
         self._loaded: dict[str, dict[str, Any]] = {}
 
     @classmethod
