@@ -25,9 +25,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tiledispatch.native.build_ids import build_ids
+from tiledispatch.native.build_ids import BUILDS_FILE, build_ids, folder_builds
 
-BUILDS_FILE = "kernel_builds.json"
 
 def _worktree(repo: Path, commit: str) -> Path:
     """A detached worktree of ``commit`` under the system temp folder (made once per commit)."""
@@ -68,8 +67,7 @@ def attach(frame: Any, directory: Path) -> Any:
     """``frame`` with a ``kernel_build`` column: the rows' own where recorded, else ``kernel_builds.json``'s,
     else '' (not known)."""
     column = frame["kernel_build"].fillna("") if "kernel_build" in frame.columns else None
-    path = directory / BUILDS_FILE
-    derived = json.loads(path.read_text())["builds"] if path.exists() else {}
+    derived = folder_builds(directory)
     from_file = frame["kernel"].map(lambda name: derived.get(name, ""))
     frame = frame.copy()
     frame["kernel_build"] = from_file if column is None else column.where(column != "", from_file)

@@ -56,7 +56,10 @@ def read_rows(data_dirs: Iterable[Path | str]) -> tuple[Any, list[dict]]:
     (``ValueError`` naming both): its kernels would mix two sittings' times and count twice. The one
     exception is a completion folder (``tiledispatch bench --complete``, its manifest lists what it
     ``completes``): it holds kernels added to the rule set after a problem was measured, and may share
-    that problem with another folder as long as no kernel of it is in both."""
+    that problem with another folder as long as no kernel of it is in both. A refresh folder
+    (``--refresh``, manifest ``refreshes``) re-measured kernels whose code changed: its rows replace the
+    rows of the same problem and kernel read before it (list it after the folders it refreshes).
+    Every frame gets a ``kernel_build`` column (``models.builds.attach``)."""
     import pandas as pd
 
     frames, manifests = [], []
@@ -71,9 +74,20 @@ def read_rows(data_dirs: Iterable[Path | str]) -> tuple[Any, list[dict]]:
         manifest_file = directory / "manifest.json"
         manifest = json.loads(manifest_file.read_text()) if manifest_file.exists() else {}
         completion = bool(manifest.get("completes"))
+        refreshing = bool(manifest.get("refreshes"))
         mine: dict[str, set[str]] = {}
         for key, kernel in zip(frame["problem_key"].tolist(), frame["kernel"].tolist()):
             mine.setdefault(key, set()).add(kernel)
+        if refreshing:  # its rows replace those of the same (problem, kernel) read so far
+            replaced = set(zip(frame["problem_key"].tolist(), frame["kernel"].tolist()))
+            frames = [f[[pair not in replaced for pair in zip(f["problem_key"].tolist(), f["kernel"].tolist())]]
+                      for f in frames]
+            for key, kernels in mine.items():
+                kernels_of.setdefault(key, {}).update(dict.fromkeys(kernels, str(directory)))
+            frames.append(frame)
+            manifest.update(path=str(directory), problems=len(mine), rows=len(frame))
+            manifests.append(manifest)
+            continue
         for key, kernels in mine.items():
             if not completion and key in owner:
                 raise ValueError(f"{directory}: problem(s) also in {owner[key]} (e.g. {key}); "

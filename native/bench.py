@@ -647,6 +647,47 @@ def measured_kernels(data_dirs: Iterable[Path | str]) -> dict[str, set[str]]:
     return out
 
 
+def measured_builds(data_dirs: Iterable[Path | str]) -> dict[str, dict[str, set[str]]]:
+    """Problem key -> kernel -> the build ids its rows timed in the folders (the rows' ``kernel_build``,
+    else the folder's ``kernel_builds.json``; '' where neither says)."""
+    import pyarrow.parquet as pq
+
+    from tiledispatch.native.build_ids import folder_builds
+
+    out: dict[str, dict[str, set[str]]] = {}
+    for directory in data_dirs:
+        derived = folder_builds(Path(directory))
+        for shard in sorted(Path(directory).glob("rows-*.parquet")):
+            table = pq.read_table(shard)
+            keys, kernels = table.column("problem_key").to_pylist(), table.column("kernel").to_pylist()
+            own = (table.column("kernel_build").to_pylist() if "kernel_build" in table.column_names
+                   else [""] * len(kernels))
+            for key, kernel, build in zip(keys, kernels, own):
+                out.setdefault(key, {}).setdefault(kernel, set()).add(build or derived.get(kernel, ""))
+    return out
+
+
+def stale_kernels(problems: list[ConvProblem], settings: BenchSettings, measured: dict[str, dict[str, set[str]]],
+                  current: dict[str, str]) -> dict[str, list[str]]:
+    """For a refresh sweep: problem key -> the rule set's applicable kernels (of ``settings.families``)
+    without a row of the build in use (``current``: the registry's build ids), for the problems measured
+    in ``measured``: kernels whose code changed since, and kernels added since."""
+    from tiledispatch.native.rules import rule_set_configs
+    from tiledispatch.native.support import is_supported
+
+    configs = [c for c in rule_set_configs(settings.rule_set, settings.arch) if _in_families(c, settings)]
+    out: dict[str, list[str]] = {}
+    for problem in problems:
+        rows = measured.get(problem.key)
+        if rows is None:
+            continue
+        stale = [c.name for c in configs if not (current.get(c.name) and current[c.name] in rows.get(c.name, ()))
+                 and is_supported(problem, c)]
+        if stale:
+            out[problem.key] = stale
+    return out
+
+
 def missing_kernels(problems: list[ConvProblem], settings: BenchSettings, measured: dict[str, set[str]]
                     ) -> dict[str, list[str]]:
     """For a completion sweep: problem key -> the rule set's applicable kernels without a row in
@@ -678,34 +719,52 @@ def write_shard(out_dir: Path, rows: list[dict]) -> Path:
 
 
 def run_sweep(problems: list[ConvProblem], settings: BenchSettings, out_dir: Path | str, *, shard_every: int = 8,
-              complete: Iterable[Path | str] = (), log=print) -> Path:
+              complete: Iterable[Path | str] = (), refresh: Iterable[Path | str] = (), log=print) -> Path:
     """Measure ``problems`` into ``out_dir`` (resumable). Returns the manifest path.
 
     ``complete`` (folders of earlier sweeps) makes this a completion sweep: only problems measured
     there are taken, and of each only the rule set's applicable kernels that have no row there or in
     ``out_dir`` (kernels added to the rule set since), without cuDNN. ``out_dir`` must be a folder
     of its own (its manifest names the completed folders), so the rows stay apart from the sweep
-    they complete and ``models.dataset.read_rows`` can check that no kernel is measured twice."""
+    they complete and ``models.dataset.read_rows`` can check that no kernel is measured twice.
+
+    ``refresh`` (folders of earlier sweeps) is the same for the kernels with no row *of the build in use*
+    (the registry's build ids, ``native.build_ids``): kernels whose code changed since they were measured,
+    and new ones. Its manifest names the refreshed folders; ``read_rows`` lets its rows replace theirs."""
     from tiledispatch.native.registry import write_json_atomic
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     completes = [str(Path(d)) for d in complete]
+    refreshes = [str(Path(d)) for d in refresh]
+    if completes and refreshes:
+        raise ValueError("refresh: a sweep completes or refreshes earlier folders, not both")
+    kind, earlier = ("refreshes", refreshes) if refreshes else ("completes", completes)
     manifest_file = out / "manifest.json"
     if manifest_file.exists():
         manifest = json.loads(manifest_file.read_text())
-        if sorted(manifest.get("completes", [])) != sorted(completes):
-            raise ValueError(f"{out}: its manifest completes {manifest.get('completes', [])}, this sweep {completes}; "
-                             "a completion sweep writes to a folder of its own (use a new --out)")
-    if completes:
+        if sorted(manifest.get(kind, [])) != sorted(earlier):
+            raise ValueError(f"{out}: its manifest {kind} {manifest.get(kind, [])}, this sweep {earlier}; "
+                             "a completion or refresh sweep writes to a folder of its own (use a new --out)")
+    if earlier:
         if settings.include_cudnn or settings.max_kernels:
-            raise ValueError("complete: a completion sweep measures every missing kernel and no cuDNN "
+            raise ValueError(f"{kind}: a completion or refresh sweep measures every missing kernel and no cuDNN "
                              "(needs include_cudnn=False and max_kernels=0)")
-        measured = measured_kernels([*completes, out])
-        missing = missing_kernels(problems, settings, measured)
-        skip = {key: measured[key] for key in missing}
+        if refreshes:
+            from tiledispatch.native.registry import Registry
+
+            builds = measured_builds([*refreshes, out])
+            current = Registry.load(settings.cache_dir, settings.arch).builds
+            missing = stale_kernels(problems, settings, builds, current)
+            measured = {key: set(by_kernel) for key, by_kernel in builds.items()}
+            # measure the stale ones even though a row of theirs exists: skip only what is current
+            skip = {key: measured[key] - set(missing[key]) for key in missing}
+        else:
+            measured = measured_kernels([*completes, out])
+            missing = missing_kernels(problems, settings, measured)
+            skip = {key: measured[key] for key in missing}
         todo = [p for p in problems if p.key in skip]
-        log(f"bench: completing {len(todo)} of {len(problems)} problems "
+        log(f"bench: {'refreshing' if refreshes else 'completing'} {len(todo)} of {len(problems)} problems "
             f"({sum(len(v) for v in missing.values())} kernels)")
     else:
         done = done_problem_keys(out)
@@ -719,8 +778,8 @@ def run_sweep(problems: list[ConvProblem], settings: BenchSettings, out_dir: Pat
     else:
         ceilings = measure_ceilings()
         manifest = environment_manifest(settings, ceilings)
-        if completes:
-            manifest["completes"] = completes
+        if earlier:
+            manifest[kind] = earlier
         manifest["sittings"] = []
         write_json_atomic(manifest_file, manifest)  # a killed sitting still leaves its context
         log(f"bench: ceilings {ceilings}")

@@ -55,6 +55,17 @@ for name, programs in programs_of.items():
 print(json.dumps(out))
 """
 
+#: Per measured folder: {"builds": {kernel: build id}} for rows written before they carried ``kernel_build``
+#: (``python -m tiledispatch.models.builds record``).
+BUILDS_FILE = "kernel_builds.json"
+
+
+def folder_builds(directory: Path) -> dict[str, str]:
+    """The folder's ``kernel_builds.json`` builds ({} without one)."""
+    path = Path(directory) / BUILDS_FILE
+    return json.loads(path.read_text())["builds"] if path.exists() else {}
+
+
 #: How a source tree maps to the package (as pyproject.toml's package-dir does).
 _PACKAGES = {"native": "native", "models": "models", "server": "server", "client": "client",
              "v1": "proto/tiledispatch/v1"}

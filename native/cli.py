@@ -149,6 +149,10 @@ def bench_main(argv: list[str]) -> int:
                         help="completion sweep: for the problems measured in these folders, measure only the "
                              "applicable kernels they lack (added to the rule set since), without cuDNN, into "
                              "--out (a folder of its own)")
+    parser.add_argument("--refresh", type=Path, nargs="+", default=[], metavar="DIR",
+                        help="refresh sweep: for the problems measured in these folders, measure the applicable "
+                             "kernels with no row of the build in use (changed or added since), without cuDNN, into "
+                             "--out (a folder of its own, whose rows replace theirs in training)")
     parser.add_argument("--families", default="", metavar="F1,F2",
                         help="measure only these kernel families (e.g. dwroll: a completion sweep of a new family)")
     args = parser.parse_args(argv)
@@ -158,6 +162,8 @@ def bench_main(argv: list[str]) -> int:
         parser.error(f"--families: unknown {unknown}; families: {[f.value for f in Family]}")
     if args.complete and (args.max_kernels or args.oracle_only):
         parser.error("--complete measures every missing kernel fully: drop --max-kernels and --oracle-only")
+    if args.refresh and (args.max_kernels or args.oracle_only or args.complete):
+        parser.error("--refresh measures every stale kernel fully: drop --max-kernels, --oracle-only and --complete")
     directions = [Direction.parse(d).value for d in _csv(args.direction) or []]
     dtype = DType.parse(args.dtype).value
     if args.problems:
@@ -170,13 +176,14 @@ def bench_main(argv: list[str]) -> int:
     index, count = args.shard
     problems = problems[index::count]
     settings = BenchSettings(cache_dir=str(args.cache_dir), arch=args.arch, rule_set=args.rule_set,
-                             oracle_only=args.oracle_only, include_cudnn=not (args.no_cudnn or args.complete),
+                             oracle_only=args.oracle_only,
+                             include_cudnn=not (args.no_cudnn or args.complete or args.refresh),
                              max_kernels=args.max_kernels, seed=args.seed, families=families,
                              **(dict(event_timing=False, budget_us=5_000.0, graph_replays=3) if args.training else {}))
     # SIGTERM (e.g. `timeout` ending a sitting) unwinds like an exception, so the sweep's `finally`
     # writes the rows measured since the last shard instead of losing them.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    manifest = run_sweep(problems, settings, args.out, complete=args.complete)
+    manifest = run_sweep(problems, settings, args.out, complete=args.complete, refresh=args.refresh)
     print(f"bench: manifest {manifest}")
     return 0
 

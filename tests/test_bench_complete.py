@@ -102,3 +102,49 @@ def test_read_rows_takes_a_completion_folder_beside_the_sweep_it_completes(tmp_p
     bench.write_shard(completion, _rows(MEASURED, kernels[1:2]))
     with pytest.raises(ValueError, match="also measured in"):
         read_rows([earlier, completion])
+
+
+def test_refresh_remeasures_the_kernels_whose_build_changed_and_its_rows_replace_theirs(tmp_path, fake_gpu,
+                                                                                          monkeypatch):
+    import json
+    from types import SimpleNamespace
+
+    from tiledispatch.models.dataset import read_rows
+    from tiledispatch.native import registry
+
+    kernels = _applicable(MEASURED)
+    changed, same = kernels[0], kernels[1:]
+    current = {k: f"b-{k}" for k in kernels}
+    loaded = SimpleNamespace(builds=current)  # the registry in use: its build ids
+    monkeypatch.setattr(registry.Registry, "load", classmethod(lambda cls, cache, arch: loaded))
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    rows = _rows(MEASURED, kernels) + _rows(MEASURED, [bench.CUDNN])
+    for row in rows:  # every kernel timed at its current build but one, timed before its code changed
+        row["graph_us"] = 9.0
+    bench.write_shard(earlier, rows)
+    (earlier / "manifest.json").write_text("{}")
+    (earlier / "kernel_builds.json").write_text(json.dumps({"builds": {**current, changed: "b-old"}}))
+    settings = bench.BenchSettings(cache_dir="unused", include_cudnn=False)
+    out = tmp_path / "refresh"
+    bench.run_sweep([MEASURED, UNMEASURED], settings, out, refresh=[earlier], log=lambda line: None)
+    assert fake_gpu == [(MEASURED.key, set(same) | {bench.CUDNN})]  # only the changed kernel is measured
+    assert json.loads((out / "manifest.json").read_text())["refreshes"] == [str(earlier)]
+    frame, _ = read_rows([earlier, out])
+    times = dict(zip(frame["kernel"], frame["graph_us"]))
+    assert times[changed] == 1.0 and times[same[0]] == 9.0  # the refreshed row replaced the stale one
+    assert len(frame) == len(rows)
+    with pytest.raises(ValueError, match="completes or refreshes"):
+        bench.run_sweep([MEASURED], settings, tmp_path / "both", complete=[earlier], refresh=[earlier],
+                        log=lambda line: None)
+
+
+def test_stale_kernels_are_the_applicable_ones_without_a_row_of_the_build_in_use():
+    kernels = _applicable(MEASURED)
+    current = {k: "now" for k in kernels}
+    measured = {MEASURED.key: {kernels[0]: {"then"}, kernels[1]: {"then", "now"}, **{k: {"now"} for k in kernels[2:4]}}}
+    settings = bench.BenchSettings(cache_dir="unused", include_cudnn=False)
+    stale = bench.stale_kernels([MEASURED, UNMEASURED], settings, measured, current)
+    assert set(stale) == {MEASURED.key}
+    assert kernels[0] in stale[MEASURED.key] and kernels[1] not in stale[MEASURED.key]
+    assert set(kernels[4:]) <= set(stale[MEASURED.key])  # never measured: stale too
