@@ -82,13 +82,7 @@ def read_rows(data_dirs: Iterable[Path | str]) -> tuple[Any, list[dict]]:
             replaced = set(zip(frame["problem_key"].tolist(), frame["kernel"].tolist()))
             frames = [f[[pair not in replaced for pair in zip(f["problem_key"].tolist(), f["kernel"].tolist())]]
                       for f in frames]
-            for key, kernels in mine.items():
-                kernels_of.setdefault(key, {}).update(dict.fromkeys(kernels, str(directory)))
-            frames.append(frame)
-            manifest.update(path=str(directory), problems=len(mine), rows=len(frame))
-            manifests.append(manifest)
-            continue
-        for key, kernels in mine.items():
+        for key, kernels in ({} if refreshing else mine).items():
             if not completion and key in owner:
                 raise ValueError(f"{directory}: problem(s) also in {owner[key]} (e.g. {key}); "
                                  "each measured problem must come from one directory")
@@ -98,7 +92,7 @@ def read_rows(data_dirs: Iterable[Path | str]) -> tuple[Any, list[dict]]:
                 raise ValueError(f"{directory}: kernel {twice[0]} of {key} is also measured in {seen[twice[0]]}; "
                                  "a completion folder may only add kernels")
         for key, kernels in mine.items():
-            if not completion:
+            if not (completion or refreshing):
                 owner[key] = str(directory)
             kernels_of.setdefault(key, {}).update(dict.fromkeys(kernels, str(directory)))
         frames.append(frame)

@@ -658,7 +658,8 @@ def measured_builds(data_dirs: Iterable[Path | str]) -> dict[str, dict[str, set[
     for directory in data_dirs:
         derived = folder_builds(Path(directory))
         for shard in sorted(Path(directory).glob("rows-*.parquet")):
-            table = pq.read_table(shard)
+            wanted = [c for c in ("problem_key", "kernel", "kernel_build") if c in pq.read_schema(shard).names]
+            table = pq.read_table(shard, columns=wanted)
             keys, kernels = table.column("problem_key").to_pylist(), table.column("kernel").to_pylist()
             own = (table.column("kernel_build").to_pylist() if "kernel_build" in table.column_names
                    else [""] * len(kernels))

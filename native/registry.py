@@ -218,15 +218,7 @@ def build(configs: Iterable[KernelConfig], *, arch: str, cache_dir: Path | str, 
                 if progress:
                     progress(index, len(names), results[-1])
     results.sort(key=lambda r: r.kernel)
-    from tiledispatch.native.build_ids import build_ids
-
-    try:
-        ids = build_ids([r.kernel for r in results if r.usable], arch)  # one interpreter for all, no compile
-    except (RuntimeError, OSError, subprocess.SubprocessError) as error:  # bookkeeping: never fails a build
-        print(f"registry: no build ids recorded ({error}); measurements will not be told apart by build",
-              file=sys.stderr)
-        ids = {}
-    results = [replace(r, build=ids.get(r.kernel, "")) for r in results]
+    results = _with_build_ids(results, cache, arch)
     _update_manifest(cache, arch, results, {
         "rule_set": rule_set, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "seconds": round(time.time() - started, 2), "workers": workers, "kernels": len(results),
@@ -235,6 +227,26 @@ def build(configs: Iterable[KernelConfig], *, arch: str, cache_dir: Path | str, 
     })
     shutil.rmtree(cache / "tmp", ignore_errors=True)
     return results
+
+
+def _with_build_ids(results: list[BuildResult], cache: Path, arch: str) -> list[BuildResult]:
+    """``results`` with their build ids (native.build_ids): the manifest's where a kernel's artifact keys
+    are unchanged (same programs, same binary), the rest computed in one interpreter (no compile), so a
+    build that compiles nothing computes nothing either. A failure is reported, never fails the build."""
+    from tiledispatch.native.build_ids import build_ids
+
+    path = manifest_path(cache, arch)
+    previous = json.loads(path.read_text())["kernels"] if path.exists() else {}
+    ids = {r.kernel: previous[r.kernel]["build"] for r in results
+           if previous.get(r.kernel, {}).get("build") and previous[r.kernel].get("programs") == r.programs}
+    todo = [r.kernel for r in results if r.usable and r.kernel not in ids]
+    if todo:
+        try:
+            ids.update(build_ids(todo, arch))
+        except (RuntimeError, OSError, subprocess.SubprocessError) as error:
+            print(f"registry: no build ids recorded ({error}); measurements will not be told apart by build",
+                  file=sys.stderr)
+    return [replace(r, build=ids.get(r.kernel, "")) for r in results]
 
 
 def manifest_path(cache_dir: Path | str, arch: str) -> Path:

@@ -165,16 +165,16 @@ class TuningDB:
         builds count: a kernel whose code changed since it was timed, or timed before builds were
         recorded, has no measurement until it is timed again (the old rows stay, for export).
         """
+        # The latest row per kernel, or per (kernel, build) when builds decide: one row each, by the index.
+        group = "kernel" if builds is None else "kernel, kernel_build"
         with self._lock:
             rows = self._conn.execute(
-                "SELECT kernel, COALESCE(graph_us, median_us), measured_at, status, kernel_build FROM measurements"
-                " WHERE problem_key=? AND device=? ORDER BY id", (problem_key, device)).fetchall()
-        latest: dict[str, tuple] = {}
-        for kernel, time_us, measured_at, status, build in rows:
-            if builds is None or (build and builds.get(kernel) == build):
-                latest[kernel] = (time_us, measured_at, status)
-        best = [BestTime(kernel, time_us, measured_at) for kernel, (time_us, measured_at, status) in latest.items()
-                if status == "ok" and time_us is not None]
+                "SELECT m.kernel, COALESCE(m.graph_us, m.median_us), m.measured_at, m.status, m.kernel_build"
+                " FROM measurements m JOIN (SELECT MAX(id) AS id FROM measurements WHERE problem_key=? AND device=?"
+                f" GROUP BY {group}) latest ON latest.id = m.id", (problem_key, device)).fetchall()
+        best = [BestTime(kernel, time_us, measured_at) for kernel, time_us, measured_at, status, build in rows
+                if (builds is None or (build and builds.get(kernel) == build))
+                and status == "ok" and time_us is not None]
         return sorted(best, key=lambda b: (b.time_us, b.kernel))
 
     def quarantined(self, device: str) -> dict[str, str]:
