@@ -239,14 +239,9 @@ def _default_rule(config: KernelConfig) -> bool:
         # hit (the pipelined 16-byte cp.async copies are L2-only: cp.async.cg whatever the cache
         # modifier, Triton 3.6). H200, ResNeXt 3x3 layers, gmerge forward 128x32x32: 8-13 % faster than
         # the same tile pipelined (bench/results/2026-11-22_h200_s7/probe/). Forward and backward-data.
-        if c.vec != 8 or c.index64 or c.dtype is DType.FP32:
+        if c.vec != 8 or c.index64 or c.dtype is DType.FP32 or c.direction is Direction.BACKWARD_WEIGHT:
             return False
         tile = (c.block_m, c.block_n, c.block_k, c.num_warps)
-        if c.direction is Direction.BACKWARD_WEIGHT:
-            # The 9 tap programs of a 3x3 filter gather the same activation rows shifted: L1 hits unpipelined.
-            if c.family is Family.GMERGE:
-                return c.merge in (2, 4, 8, 16) and tile in ((64, 32, 64, 4), (64, 64, 64, 4))
-            return c.family is Family.IGEMM and tile in ((64, 64, 64, 4), (128, 64, 64, 4))
         if c.family is Family.GMERGE:
             return c.merge in (2, 4, 8, 16) and tile in ((128, 32, 32, 4), (128, 64, 64, 4))
         return c.family is Family.IGEMM and tile in ((128, 32, 32, 4), (128, 64, 32, 4), (128, 128, 64, 8))

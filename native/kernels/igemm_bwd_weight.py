@@ -43,15 +43,7 @@ import triton
 import triton.language as tl
 
 from tiledispatch.native.configs import Family, KernelConfig
-from tiledispatch.native.kernels.base import (
-    Launch,
-    Program,
-    cdiv,
-    fixed_sizes,
-    int_type,
-    pointer_type,
-    tensor_core_constexprs,
-)
+from tiledispatch.native.kernels.base import Launch, Program, cdiv, int_type, pointer_type, tensor_core_constexprs
 from tiledispatch.native.kernels.igemm_fwd import aligned_channels, spatial_args
 from tiledispatch.native.kernels.tiles import grouped_tile
 from tiledispatch.native.problem import ConvProblem, Direction
@@ -247,10 +239,8 @@ class IgemmBackwardWeight:
         types = {"x_ptr": ptr, "dy_ptr": ptr, "out_ptr": out, **{name: ints for name in _SIZE_PARAMS}}
         constexprs = {**tensor_core_constexprs(config), "SPLIT_K": config.split_k,
                       "PROMOTE_BLOCKS": max(1, PROMOTE_POSITIONS // config.block_k)}
-        # Depth sizes as constants for 16-byte-aligned tiles only: a v1 tile (64-bit gathers) spills with them.
-        fixed = fixed_sizes(config, _igemm_bwd_weight_kernel) if config.vec == 8 else {}
         programs = {"main": Program(_igemm_bwd_weight_kernel, constexprs, types, config.num_warps,
-                                    config.num_stages, fixed)}
+                                    config.num_stages)}
         if config.split_k > 1:
             programs["reduce"] = Program(
                 _split_k_reduce_kernel,

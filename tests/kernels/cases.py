@@ -205,9 +205,6 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
         if dtype is not DType.FP32:
             out += [KernelConfig(direction, dtype, ndim, Family.IGEMM, 128, 64, 32, 4, 1, 8, 1, 1, 8),
                     KernelConfig(direction, dtype, ndim, Family.GMERGE, 128, 32, 32, 4, 1, 8, 1, 4, 8)]
-    elif dtype is not DType.FP32:
-        out += [KernelConfig(direction, dtype, ndim, Family.IGEMM, 64, 64, 64, 4, 1, 8, 4, 1, 8),
-                KernelConfig(direction, dtype, ndim, Family.GMERGE, 64, 32, 64, 4, 1, 8, 16, 8, 8)]
     return out
 
 

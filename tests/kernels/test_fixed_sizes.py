@@ -38,14 +38,10 @@ def test_3d_and_64_bit_configs_fix_nothing(ndim, index64):
     assert launch.template_for(config).programs(config)["main"].fixed == {}
 
 
-def test_backward_weight_fixes_depth_sizes_of_aligned_tiles_only():
-    # Measured: the constants push an unaligned (v1) igemm backward-weight tile over 255 registers (spills).
-    unaligned = parse_kernel_name("gconv_bwd_weight_bf16_2d_igemm_64x64x32_w4_s2_gm8_sk1_mg1_v1_i32")
-    assert launch.template_for(unaligned).programs(unaligned)["main"].fixed == {}
-    aligned = parse_kernel_name("gconv_bwd_weight_bf16_2d_gmerge_64x64x64_w4_s1_gm8_sk16_mg16_v8_i32")
-    programs = launch.template_for(aligned).programs(aligned)
-    assert {"IN_D", "OUT_D", "F_D", "STR_D", "PAD_D", "DIL_D"} <= set(programs["main"].fixed)
-    assert programs["reduce"].fixed == {}
+def test_backward_weight_fixes_nothing():
+    # Measured: the constants push an igemm backward-weight tile over 255 registers (ptxas spills).
+    config = parse_kernel_name("gconv_bwd_weight_bf16_2d_igemm_64x64x32_w4_s2_gm8_sk1_mg1_v1_i32")
+    assert launch.template_for(config).programs(config)["main"].fixed == {}
 
 
 def test_a_launch_passing_another_value_for_a_fixed_size_is_refused_by_name():
