@@ -238,7 +238,10 @@ def _default_rule(config: KernelConfig) -> bool:
         # Not pipelined: plain loads, cached in L1, where the filter taps' overlapping activation rows
         # hit (the pipelined 16-byte cp.async copies are L2-only: cp.async.cg whatever the cache
         # modifier, Triton 3.6). H200, ResNeXt 3x3 layers, gmerge forward 128x32x32: 8-13 % faster than
-        # the same tile pipelined (bench/results/2026-11-22_h200_s7/probe/). Forward and backward-data.
+        # the same tile pipelined (bench/results/2026-11-22_h200_s7/probe/). Forward and backward-data:
+        # in backward-weight, unpipelined gmerge 64x32x64 / 64x64x64 and igemm 64x64x64 / 128x64x64 were
+        # 1.1-2.2x slower than the best pipelined tile on every 2D dev-suite problem (H200, f1a9cec,
+        # bench/results/2026-11-22_h200_s8/), and compiling the depth sizes in gained nothing there.
         if c.vec != 8 or c.index64 or c.dtype is DType.FP32 or c.direction is Direction.BACKWARD_WEIGHT:
             return False
         tile = (c.block_m, c.block_n, c.block_k, c.num_warps)
