@@ -130,11 +130,9 @@ class KernelConfig:
             if self.dtype is DType.FP32:
                 raise ConfigError("dtype: tma kernels are bf16/fp16 (fp32 runs on the exact igemm dots)")
         if self.family is Family.DWROLL:
-            stages = (1, 2, 3) if self.direction is Direction.BACKWARD_WEIGHT else (1, 2)
-            if self.vec != 8 or self.num_stages not in stages or self.group_m != 1:
+            if self.vec != 8 or self.num_stages not in (1, 2) or self.group_m != 1:
                 raise ConfigError("vec/num_stages/group_m: dwroll kernels use vec=8 (16-byte channel runs), "
-                                  "num_stages=1 (or 2: loads one row ahead; backward-weight also 3: two rows "
-                                  "ahead), group_m=1")
+                                  "num_stages=1 (or 2: loads one row ahead), group_m=1")
             if not 1 <= self.block_k <= MAX_DWROLL_FILTER_HEIGHT:
                 raise ConfigError(f"block_k: a dwroll kernel's filter height must be 1..{MAX_DWROLL_FILTER_HEIGHT}, "
                                   f"got {self.block_k}")

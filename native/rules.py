@@ -87,8 +87,7 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
                 yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, stages, gm, 1, 1, 8, False)
             continue
         if family is Family.DWROLL:
-            domains = (_DWROLL_BLOCK_W, _DWROLL_BLOCK_N, _DWROLL_FILTER_HEIGHTS, _DIRECT_WARPS,
-                       (1, 2, 3) if bwd_weight else (1, 2),
+            domains = (_DWROLL_BLOCK_W, _DWROLL_BLOCK_N, _DWROLL_FILTER_HEIGHTS, _DIRECT_WARPS, (1, 2),
                        (1, *_SPLIT_K[3:]) if bwd_weight else (1,), (False, True))
             for bw, bn, fh, warps, stages, sk, i64 in itertools.product(*domains):
                 yield KernelConfig(direction, dtype, ndim, family, bw, bn, fh, warps, stages, 1, sk, 1, 8, i64)
@@ -127,13 +126,14 @@ def _dwroll_per_thread(config: KernelConfig) -> int:
 
 def dwroll_live_values(config: KernelConfig) -> float:
     """fp32-register equivalents a dwroll thread keeps live: the tiles above × elements per thread,
-    plus (``num_stages`` > 1) the next ``num_stages`` − 1 steps' raw 16-bit tiles, half a register per element."""
+    plus (``num_stages`` 2) the next step's raw 16-bit tiles, half a register per element."""
     height = config.block_k
     if config.direction is Direction.BACKWARD_WEIGHT:
         tiles, prefetched = height * height + height + 1, height + 1
     else:
         tiles, prefetched = height + 1, height
-    tiles += (config.num_stages - 1) * prefetched / 2
+    if config.num_stages == 2:
+        tiles += prefetched / 2
     return tiles * _dwroll_per_thread(config)
 
 
@@ -186,7 +186,8 @@ def _default_rule(config: KernelConfig) -> bool:
         if c.direction is Direction.BACKWARD_WEIGHT:
             if c.split_k == 1:  # one program per channel block and depth tap: the unsplit path, for CI's compile check
                 return tile == (16, 64, 4) and c.block_k == 3 and c.num_stages == 1
-            # num_stages 1-3: the walk plain, loading one or two rows ahead.
+            # Loading two rows ahead instead of one (num_stages 3, tried at 3db1141) was slower on 3x3
+            # (H200, n32 c144 56x56: 84.2 vs 60.5 us) and equal on 7x7 (141.6 vs 141.3): not kept.
             return tile in DWROLL_WEIGHT_TILES[c.block_k] and c.split_k in (16, 64)
         if c.num_stages == 2:
             return tile in DWROLL_PREFETCH_DATA_TILES[c.block_k]

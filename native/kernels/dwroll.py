@@ -38,8 +38,7 @@ issues no weight loads and the tap-major launch is gone (H200: 16×64 tiles 36 %
 ``block_m`` is ``BLOCK_W`` (output columns of a strip), ``block_n`` the channels, ``block_k`` the filter
 height unrolled (backward-weight: also the most filter columns). ``INDEX64`` forms the per-row bases in
 64 bits (every single size is < 2^31, and so is one row ``W·C``: support.py checks). ``num_stages`` 2
-(backward-weight: 2 or 3) selects the same walks with each step's loads issued ``num_stages`` − 1 steps
-ahead of its FMAs
+selects the same walks with each step's loads issued one step ahead of its FMAs
 (:func:`_dwroll_data_prefetch_kernel`, :func:`_dwroll_bwd_weight_prefetch_kernel`): on an H200 1.4–3.9×
 faster for backward-weight on the same tile, −29 % to +10 % in the data directions, where the extra
 registers cost occupancy (``bench/results/2026-11-22_h200_s6/``). The GEMM view does not apply: with
@@ -425,12 +424,10 @@ def _dwroll_bwd_weight_prefetch_kernel(
     BATCH, CHANNELS, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W, F_D, F_W,
     STR_D, STR_W, DIL_D, DIL_W, PAD_D, PAD_H, PAD_W, ROWS, ITEMS_PER_SPLIT,
     BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, F_H: tl.constexpr, SPLIT_K: tl.constexpr,
-    INDEX64: tl.constexpr, AHEAD: tl.constexpr,
+    INDEX64: tl.constexpr,
 ):
-    """:func:`_dwroll_bwd_weight_kernel` with each step's dY row and input shifts loaded ``AHEAD`` steps
-    ahead (``num_stages`` − 1: a queue of the next ``AHEAD`` steps' raw tiles, so ``AHEAD`` loads per
-    tile are in flight while the FMAs of the current step run); rows outside the input load zeros
-    instead of being branched around."""
+    """:func:`_dwroll_bwd_weight_kernel` with each step's dY row and input shifts loaded one step ahead
+    (``num_stages`` 2); rows outside the input load zeros instead of being branched around."""
     C, td, split, num_w, num_h, first, last, cols, col_ok, strip = _weight_program(
         BATCH, CHANNELS, OUT_D, OUT_H, OUT_W, ROWS, ITEMS_PER_SPLIT, BLOCK_W, BLOCK_N)
     acc = _zeros_tuple(F_H * F_H, BLOCK_W, BLOCK_N)
@@ -442,22 +439,14 @@ def _dwroll_bwd_weight_prefetch_kernel(
                 BLOCK_W)
             steps = oh_end - oh0 + F_H - 1
             window = _zeros_tuple(F_H, BLOCK_W, BLOCK_N)
-            queued_dy = ()  # steps s + 1 … s + AHEAD: one dY tile each, F_H input shifts each (flat)
-            queued_x = ()
-            for ahead in tl.static_range(AHEAD):
-                dyv, xs = _load_weight_step(x_ptr, dy_ptr, ahead, steps, oh0, oh_end, PAD_H, IN_H, dy_plane,
-                                            x_plane, OUT_W, IN_W, C, dy_tile, ow_ok, base_w, DIL_W, cols, col_ok,
-                                            F_W, F_H)
-                queued_dy = queued_dy + (dyv,)
-                queued_x = queued_x + xs
+            nxt_dy, nxt_x = _load_weight_step(x_ptr, dy_ptr, 0, steps, oh0, oh_end, PAD_H, IN_H, dy_plane, x_plane,
+                                              OUT_W, IN_W, C, dy_tile, ow_ok, base_w, DIL_W, cols, col_ok, F_W, F_H)
             for s in range(0, steps):
-                cur_dy = queued_dy[0]
-                cur_x = queued_x[:F_H]
-                nxt_dy, nxt_x = _load_weight_step(x_ptr, dy_ptr, s + AHEAD, steps, oh0, oh_end, PAD_H, IN_H,
-                                                  dy_plane, x_plane, OUT_W, IN_W, C, dy_tile, ow_ok, base_w, DIL_W,
-                                                  cols, col_ok, F_W, F_H)
-                queued_dy = queued_dy[1:] + (nxt_dy,)
-                queued_x = queued_x[F_H:] + nxt_x
+                cur_dy = nxt_dy
+                cur_x = nxt_x
+                nxt_dy, nxt_x = _load_weight_step(x_ptr, dy_ptr, s + 1, steps, oh0, oh_end, PAD_H, IN_H, dy_plane,
+                                                  x_plane, OUT_W, IN_W, C, dy_tile, ow_ok, base_w, DIL_W, cols, col_ok,
+                                                  F_W, F_H)
                 window = (_f32(cur_dy),) + window[:F_H - 1]
                 for tw in tl.static_range(F_H):
                     if tw < F_W:
@@ -535,10 +524,7 @@ class DwrollBackwardWeight:
         types = {"x_ptr": ptr, "dy_ptr": ptr, "out_ptr": out_type, **{name: ints for name in _WEIGHT_PARAMS}}
         constexprs = {"BLOCK_W": config.block_m, "BLOCK_N": config.block_n, "F_H": config.block_k,
                       "SPLIT_K": config.split_k, "INDEX64": config.index64}
-        if config.num_stages > 1:
-            kernel, constexprs = _dwroll_bwd_weight_prefetch_kernel, {**constexprs, "AHEAD": config.num_stages - 1}
-        else:
-            kernel = _dwroll_bwd_weight_kernel
+        kernel = _dwroll_bwd_weight_prefetch_kernel if config.num_stages == 2 else _dwroll_bwd_weight_kernel
         programs = {"roll": Program(kernel, constexprs, types, config.num_warps, 1)}
         if config.split_k > 1:
             programs["reduce"] = splitk_reduce_program(config)

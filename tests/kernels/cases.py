@@ -115,8 +115,6 @@ def cases(ndims=(2, 3)):
                     if family is Family.DWROLL:
                         height = available[label]["filter_size"][-2]
                         variants = [dict(taps_w=height), dict(taps_w=height, stages=2)]  # plain, loads ahead
-                        if direction is Direction.BACKWARD_WEIGHT:
-                            variants.append(dict(taps_w=height, stages=3))  # loads two rows ahead
                         if ndim == 2 and height == 3 and direction is not Direction.BACKWARD_WEIGHT:
                             # 8x16 holds the weights (dwroll_tiling.hoists_weights); 16x32 does not
                             variants += [dict(v, wide=True) for v in variants]
@@ -182,8 +180,7 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
             continue
         if family is Family.DWROLL:  # each filter height, a 4-warp and an 8-warp tile
             for height, tiles in DWROLL_GPU_TILES[direction is Direction.BACKWARD_WEIGHT].items():
-                stage_counts = (1, 2, 3) if direction is Direction.BACKWARD_WEIGHT else (1, 2)
-                for (block_w, block_n, num_warps), stages in itertools.product(tiles, stage_counts):
+                for (block_w, block_n, num_warps), stages in itertools.product(tiles, (1, 2)):
                     for split_k in ((1, 16) if direction is Direction.BACKWARD_WEIGHT else (1,)):
                         out.append(KernelConfig(direction, dtype, ndim, family, block_w, block_n, height, num_warps,
                                                 stages, 1, split_k, 1, 8))
