@@ -15,7 +15,6 @@ from functools import cache
 
 from tiledispatch.native.arch import ArchSpec, get_arch
 from tiledispatch.native.configs import Family, KernelConfig
-from tiledispatch.native.kernels.dwroll_tiling import walks_columns
 from tiledispatch.native.problem import Direction, DType
 
 RULE_SETS = ("tiny", "default", "full")
@@ -44,10 +43,7 @@ _DIRECT_WARPS = (1, 2, 4, 8)
 _DIRECT_TAPS_W = (1, 4, 8)
 #: Direct kernels keep block_m*block_n/threads values live per operand; past this they spill.
 MAX_DIRECT_ELEMENTS_PER_THREAD = 64
-_DWROLL_BLOCK_W = (4, 8, 16, 32, 64, 128)
-#: Splits for one-warp column-walk programs: a 144-channel 3x3 layer has 5 channel blocks of 32, so 64
-#: splits would be 320 warps on 132 SMs; 256-512 give every SM 10-20 warps.
-_DWROLL_WIDE_SPLITS = (128, 256, 512)
+_DWROLL_BLOCK_W = (8, 16, 32, 64, 128)
 _DWROLL_BLOCK_N = (16, 32, 64, 128)
 #: Filter heights dwroll kernels are generated for (the depthwise filters networks use).
 _DWROLL_FILTER_HEIGHTS = (3, 5, 7)
@@ -92,7 +88,7 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
             continue
         if family is Family.DWROLL:
             domains = (_DWROLL_BLOCK_W, _DWROLL_BLOCK_N, _DWROLL_FILTER_HEIGHTS, _DIRECT_WARPS, (1, 2),
-                       (1, *_SPLIT_K[3:], *_DWROLL_WIDE_SPLITS) if bwd_weight else (1,), (False, True))
+                       (1, *_SPLIT_K[3:]) if bwd_weight else (1,), (False, True))
             for bw, bn, fh, warps, stages, sk, i64 in itertools.product(*domains):
                 yield KernelConfig(direction, dtype, ndim, family, bw, bn, fh, warps, stages, 1, sk, 1, 8, i64)
             continue
@@ -119,8 +115,7 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
 def _dwroll_ok(config: KernelConfig) -> bool:
     """Every thread holds at least two elements of a tile (smaller tiles replicate threads), and its
     live fp32 values fit: F_H accumulators + the input tile (forward / backward-data), F_H² + F_H + 1
-    tiles (backward-weight; the column walk: channel vectors, :func:`dwroll_live_values`), plus the
-    prefetched raw tiles with ``num_stages`` 2."""
+    tiles (backward-weight), plus the prefetched raw tiles with ``num_stages`` 2."""
     return dwroll_live_values(config) <= (MAX_DWROLL_WEIGHT_VALUES if config.direction is Direction.BACKWARD_WEIGHT
                                           else MAX_DWROLL_DATA_VALUES) and _dwroll_per_thread(config) >= 2
 
@@ -133,11 +128,6 @@ def dwroll_live_values(config: KernelConfig) -> float:
     """fp32-register equivalents a dwroll thread keeps live: the tiles above × elements per thread,
     plus (``num_stages`` 2) the next step's raw 16-bit tiles, half a register per element."""
     height = config.block_k
-    if walks_columns(config):  # per thread: channel vectors, not tiles (the strip's columns are separate values)
-        channels = config.block_n // (32 * config.num_warps)
-        columns = height * config.block_m + config.block_m + height - 1  # the dY window and the input row
-        vectors = height * height + columns + (config.num_stages - 1) * (2 * config.block_m + height - 1) / 2
-        return vectors * channels
     if config.direction is Direction.BACKWARD_WEIGHT:
         tiles, prefetched = height * height + height + 1, height + 1
     else:
@@ -170,14 +160,9 @@ TMA_MEASURED_TILES = frozenset({
 DWROLL_DATA_TILES = {3: ((8, 64, 2), (16, 64, 4), (32, 64, 4), (32, 32, 4), (64, 32, 4), (16, 128, 4)),
                      5: ((8, 64, 2), (16, 64, 4), (32, 64, 4), (32, 32, 4), (64, 32, 4), (16, 128, 4)),
                      7: ((8, 64, 2), (16, 64, 4), (32, 64, 4), (32, 32, 4), (64, 32, 4), (32, 64, 8))}
-DWROLL_WEIGHT_TILES = {3: ((16, 64, 4), (16, 32, 2), (32, 32, 4), (32, 64, 8)),
+DWROLL_WEIGHT_TILES = {3: ((8, 64, 2), (16, 64, 4), (16, 32, 2), (32, 32, 4), (32, 64, 8)),
                        5: ((8, 16, 1), (16, 16, 2), (16, 32, 4), (32, 16, 4)),
                        7: ((8, 16, 2), (16, 16, 4), (32, 16, 8))}
-#: Backward-weight column walk (dwroll_tiling.walks_columns): (strip columns, channels, warps); one or two
-#: channels per thread.
-DWROLL_COLUMN_TILES = {3: ((8, 32, 1), (8, 64, 1), (16, 32, 1), (8, 64, 2)),
-                       5: ((4, 32, 1), (8, 32, 1)),
-                       7: ((4, 32, 1), (8, 32, 1))}
 #: With loads one row ahead (num_stages 2), forward / backward-data: the raw next row costs F_H/2
 #: registers per element, so 5x5 and 7x7 keep 8 elements per thread; 3x3 adds tall narrow strips
 #: (H200 dev suite of 7707798: 64x32 was the best plain tile on every depthwise problem, 2.2-3.1x
@@ -201,12 +186,11 @@ def _default_rule(config: KernelConfig) -> bool:
         if c.direction is Direction.BACKWARD_WEIGHT:
             if c.split_k == 1:  # one program per channel block and depth tap: the unsplit path, for CI's compile check
                 return tile == (16, 64, 4) and c.block_k == 3 and c.num_stages == 1
-            if walks_columns(c):
-                return tile in DWROLL_COLUMN_TILES[c.block_k] and c.split_k in (64, 256, 512)
-            if c.split_k > 64:
-                return False
-            # Loading two rows ahead instead of one (num_stages 3, tried at 3db1141) was slower on 3x3
-            # (H200, n32 c144 56x56: 84.2 vs 60.5 us) and equal on 7x7 (141.6 vs 141.3): not kept.
+            # Tried and not kept (H200, bench/results/2026-11-22_h200_s8/): loading two rows ahead
+            # (num_stages 3, 3db1141) was slower on 3x3 (n32 c144 56x56: 84.2 vs 60.5 us) and equal on 7x7;
+            # a column walk (7d6be21: each thread owns whole channels and every strip column, one-warp
+            # programs, 64-512 splits) was faster on 1 of 11 depthwise shapes (n128 c576 14x14: 57.9 vs
+            # 67.3 us) and 1.1-1.6x slower on the others.
             return tile in DWROLL_WEIGHT_TILES[c.block_k] and c.split_k in (16, 64)
         if c.num_stages == 2:
             return tile in DWROLL_PREFETCH_DATA_TILES[c.block_k]

@@ -7,7 +7,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tiledispatch.native.configs import Family, KernelConfig
-from tiledispatch.native.kernels.dwroll_tiling import walks_columns
 from tiledispatch.native.kernels.tma_geometry import TmaGeometry
 from tiledispatch.native.problem import INT32_INDEX_LIMIT, ConvProblem, Direction
 
@@ -114,9 +113,6 @@ def _dwroll_refusal(problem: ConvProblem, config: KernelConfig) -> str:
                 f"{list(problem.stride)}, dilation {list(problem.dilation)}")
     if problem.direction is Direction.BACKWARD_DATA and any(s != 1 for s in problem.stride):
         return f"stride: backward-data dwroll kernels need stride 1, got {list(problem.stride)}"
-    if walks_columns(config) and (problem.stride[-1] != 1 or problem.dilation[-1] != 1):
-        return (f"stride/dilation: the column walk (block_n >= 32 x warps) shifts columns in registers and needs "
-                f"width stride and dilation 1, got stride {list(problem.stride)}, dilation {list(problem.dilation)}")
     filter_h, filter_w = problem.filter_size[-2:]
     if filter_h != config.block_k or filter_w > config.block_k:
         return (f"filter_size: dwroll block_k {config.block_k} runs filters {config.block_k} high and at most "

@@ -34,17 +34,10 @@ def hard_rule_violation(config: KernelConfig, arch: str) -> str | None:
         per_thread = config.block_m * config.block_n // (32 * config.num_warps)
         height = config.block_k
         weight = config.direction is Direction.BACKWARD_WEIGHT
-        limit = MAX_DWROLL_WEIGHT_VALUES if weight else MAX_DWROLL_DATA_VALUES
-        if weight and config.block_n >= 32 * config.num_warps:
-            # Column walk: per channel of the thread, F_H² accumulators, the F_H x block_m dY window and
-            # the block_m + F_H - 1 input columns (+ the next row's raw dY and input columns, halved).
-            channels = config.block_n // (32 * config.num_warps)
-            vectors = (height * height + height * config.block_m + config.block_m + height - 1
-                       + (config.num_stages - 1) * (2 * config.block_m + height - 1) / 2)
-            return None if vectors * channels <= limit else f"dwroll column values {vectors} x {channels}"
         tiles = height * height + height + 1 if weight else height + 1
         if config.num_stages == 2:
             tiles += (height + 1 if weight else height) / 2
+        limit = MAX_DWROLL_WEIGHT_VALUES if weight else MAX_DWROLL_DATA_VALUES
         if per_thread < 2 or tiles * per_thread > limit:
             return f"dwroll live values {tiles} x {per_thread}"
         return None

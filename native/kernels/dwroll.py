@@ -59,13 +59,7 @@ from tiledispatch.native.kernels.direct import (
     tap_major_launch,
     tap_major_program,
 )
-from tiledispatch.native.kernels.dwroll_tiling import (
-    data_geometry,
-    data_rows,
-    hoists_weights,
-    walks_columns,
-    weight_tiling,
-)
+from tiledispatch.native.kernels.dwroll_tiling import data_geometry, data_rows, hoists_weights, weight_tiling
 from tiledispatch.native.problem import ConvProblem, Direction
 
 _DATA_PARAMS = ("BATCH", "CHANNELS", "IN_D", "IN_H", "IN_W", "OUT_D", "OUT_H", "OUT_W", "F_D", "F_W",
@@ -461,100 +455,6 @@ def _dwroll_bwd_weight_prefetch_kernel(
     _store_weight_partials(out_ptr, acc, split, C, cols, col_ok, td, F_D, F_W, F_H)
 
 
-@triton.jit
-def _load_column_step(x_ptr, dy_ptr, s, steps, oh0, oh_end, ow0, PAD_H, PAD_W, IN_H, dy_plane, x_plane, OUT_W,
-                      IN_W, C, cols, col_ok, BLOCK_W: tl.constexpr, F_H: tl.constexpr):
-    """Raw channel vectors of column-walk step ``s``: dY row ``o_h0 + s`` at the strip's ``BLOCK_W``
-    columns, and input row ``o_h0 + s − pad_h`` at the ``BLOCK_W + F_H − 1`` columns its filter taps reach
-    (zeros past ``steps``, outside the tensors, or outside the chunk's dY rows)."""
-    o = oh0 + s
-    dy_ok = col_ok & (o < oh_end) & (s < steps)
-    dy_row = (dy_plane + o) * OUT_W
-    dys = ()
-    for w in tl.static_range(BLOCK_W):
-        dys = dys + (tl.load(dy_ptr + (dy_row + ow0 + w) * C + cols, mask=dy_ok & (ow0 + w < OUT_W), other=0.0),)
-    ih = o - PAD_H
-    x_ok = col_ok & (s < steps) & (ih >= 0) & (ih < IN_H)
-    x_row = (x_plane + ih) * IN_W
-    xs = ()
-    for j in tl.static_range(BLOCK_W + F_H - 1):
-        i_w = ow0 - PAD_W + j
-        xs = xs + (tl.load(x_ptr + (x_row + i_w) * C + cols,
-                           mask=x_ok & (i_w.to(tl.uint32, bitcast=True) < IN_W.to(tl.uint32)), other=0.0),)
-    return dys, xs
-
-
-@triton.jit
-def _dwroll_bwd_weight_columns_kernel(
-    x_ptr, dy_ptr, out_ptr,
-    BATCH, CHANNELS, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W, F_D, F_W,
-    STR_D, STR_W, DIL_D, DIL_W, PAD_D, PAD_H, PAD_W, ROWS, ITEMS_PER_SPLIT,
-    BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, F_H: tl.constexpr, SPLIT_K: tl.constexpr,
-    INDEX64: tl.constexpr, PREFETCH: tl.constexpr,
-):
-    """Backward-weight, column walk (width stride and dilation 1; :func:`~dwroll_tiling.walks_columns`):
-    the program's channels spread over its threads as one vector (each thread owns whole channels), and
-    the strip's ``BLOCK_W`` columns are separate vectors. A thread so holds every column of its channels:
-    the ``F_W`` column shifts of an input row are the same registers indexed ``w + t_w`` (one load per
-    input column, none per shift), and ``dW[k, t_h, t_w] += Σ_w dY[o, w, k] · X[o − pad_h + t_h, w − pad_w
-    + t_w, k]`` sums over the strip inside the thread — no reduction across threads, only ``F_H·F_W``
-    accumulators of the thread's channels (the tile walk keeps ``F_H·F_W`` tiles). Rows roll as in
-    :func:`_dwroll_bwd_weight_kernel` (window[t_h] = dY row ``o − t_h``); ``PREFETCH`` loads each step
-    one step ahead. Grid and partials as there."""
-    C, td, split, num_w, num_h, first, last, cols, col_ok, strip = _weight_program(
-        BATCH, CHANNELS, OUT_D, OUT_H, OUT_W, ROWS, ITEMS_PER_SPLIT, BLOCK_W, BLOCK_N)
-    acc = ()
-    for _ in tl.static_range(F_H * F_H):
-        acc = acc + (tl.zeros((BLOCK_N,), dtype=tl.float32),)
-    for item in range(first, last):
-        pid_w, pid_h, od, n, i_d = _weight_item(item, num_w, num_h, OUT_D, STR_D, PAD_D, DIL_D, td, INDEX64)
-        if (i_d >= 0) & (i_d < IN_D):  # uniform: otherwise this depth tap sees only padding
-            ow0 = pid_w * BLOCK_W
-            oh0 = pid_h * ROWS
-            oh_end = tl.minimum(oh0 + ROWS, OUT_H)
-            dy_plane = (n * OUT_D + od) * OUT_H
-            x_plane = (n * IN_D + i_d) * IN_H
-            steps = oh_end - oh0 + F_H - 1
-            window = ()  # window[t_h·BLOCK_W + w] = dY row o − t_h, column w (fp32)
-            for _ in tl.static_range(F_H * BLOCK_W):
-                window = window + (tl.zeros((BLOCK_N,), dtype=tl.float32),)
-            nxt_dy, nxt_x = _load_column_step(x_ptr, dy_ptr, 0, steps, oh0, oh_end, ow0, PAD_H, PAD_W, IN_H,
-                                              dy_plane, x_plane, OUT_W, IN_W, C, cols, col_ok, BLOCK_W, F_H)
-            for s in range(0, steps):
-                if PREFETCH:
-                    cur_dy = nxt_dy
-                    cur_x = nxt_x
-                    nxt_dy, nxt_x = _load_column_step(x_ptr, dy_ptr, s + 1, steps, oh0, oh_end, ow0, PAD_H, PAD_W,
-                                                      IN_H, dy_plane, x_plane, OUT_W, IN_W, C, cols, col_ok,
-                                                      BLOCK_W, F_H)
-                else:
-                    cur_dy, cur_x = _load_column_step(x_ptr, dy_ptr, s, steps, oh0, oh_end, ow0, PAD_H, PAD_W,
-                                                      IN_H, dy_plane, x_plane, OUT_W, IN_W, C, cols, col_ok,
-                                                      BLOCK_W, F_H)
-                entering = ()
-                for w in tl.static_range(BLOCK_W):
-                    entering = entering + (_f32(cur_dy[w]),)
-                window = entering + window[:(F_H - 1) * BLOCK_W]
-                xs = ()
-                for j in tl.static_range(BLOCK_W + F_H - 1):
-                    xs = xs + (_f32(cur_x[j]),)
-                summed = ()
-                for i in tl.static_range(F_H * F_H):  # tap (t_h, t_w) = (i // F_H, i % F_H)
-                    total = acc[i]
-                    if i % F_H < F_W:
-                        for w in tl.static_range(BLOCK_W):
-                            total = total + window[(i // F_H) * BLOCK_W + w] * xs[w + i % F_H]
-                    summed = summed + (total,)
-                acc = summed
-
-    # dW[k, tap] at k·taps + tap (C/G = 1), tap = (t_d·F_H + t_h)·F_W + t_w; split partials to workspace[split].
-    taps = F_D * F_H * F_W
-    out_ptrs = out_ptr + split.to(tl.int64) * (C * taps) + (cols * taps + td * F_H * F_W)
-    for i in tl.static_range(F_H * F_H):
-        tl.store(out_ptrs + ((i // F_H) * F_W + i % F_H), acc[i].to(out_ptr.dtype.element_ty),
-                 mask=col_ok & (i % F_H < F_W))
-
-
 def _data_args(problem: ConvProblem, geo: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
     """The kernel's size arguments for the forward pass ``geo`` (:func:`data_geometry`) describes."""
     (in_d, in_h, in_w), (out_d, out_h, out_w) = geo["in"], geo["out"]
@@ -624,10 +524,7 @@ class DwrollBackwardWeight:
         types = {"x_ptr": ptr, "dy_ptr": ptr, "out_ptr": out_type, **{name: ints for name in _WEIGHT_PARAMS}}
         constexprs = {"BLOCK_W": config.block_m, "BLOCK_N": config.block_n, "F_H": config.block_k,
                       "SPLIT_K": config.split_k, "INDEX64": config.index64}
-        if walks_columns(config):
-            kernel, constexprs = _dwroll_bwd_weight_columns_kernel, {**constexprs, "PREFETCH": config.num_stages == 2}
-        else:
-            kernel = _dwroll_bwd_weight_prefetch_kernel if config.num_stages == 2 else _dwroll_bwd_weight_kernel
+        kernel = _dwroll_bwd_weight_prefetch_kernel if config.num_stages == 2 else _dwroll_bwd_weight_kernel
         programs = {"roll": Program(kernel, constexprs, types, config.num_warps, 1)}
         if config.split_k > 1:
             programs["reduce"] = splitk_reduce_program(config)

@@ -76,11 +76,3 @@ def hoists_weights(config: KernelConfig) -> bool:
     per_thread = config.block_m * config.block_n // (32 * config.num_warps)
     return (config.direction is not Direction.BACKWARD_WEIGHT and config.ndim == 2 and config.block_k == 3
             and per_thread <= HOIST_MAX_ELEMENTS_PER_THREAD)
-
-
-def walks_columns(config: KernelConfig) -> bool:
-    """Whether a dwroll backward-weight kernel runs the column walk (``_dwroll_bwd_weight_columns_kernel``):
-    its channel block spans every thread (``block_n`` ≥ 32 · warps), so each thread owns whole channels and
-    every column of the strip, and sums over the strip without a reduction across threads. Needs width
-    stride and dilation 1 (the taps' column shifts are register indices)."""
-    return config.direction is Direction.BACKWARD_WEIGHT and config.block_n >= 32 * config.num_warps

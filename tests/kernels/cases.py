@@ -84,13 +84,12 @@ def problem(direction: Direction, dtype: DType, ndim: int, label: str) -> ConvPr
 
 def small_config(direction: Direction, dtype: DType, ndim: int, family: Family, *, num_warps: int = 4,
                  split_k: int = 1, merge: int = 2, vec: int = 1, index64: bool = False,
-                 taps_w: int = 1, stages: int = 1, wide: bool = False, columns: bool = False) -> KernelConfig:
+                 taps_w: int = 1, stages: int = 1, wide: bool = False) -> KernelConfig:
     """Small tiles, so tiny problems still cover several tiles and the masked edges. ``taps_w``: the
     direct block_k (4/8: the depthwise tap-row programs) or the dwroll filter height; ``wide``: a dwroll
-    tile of 16 elements per thread (2D 3x3: the walk with tap-major weights instead of held ones);
-    ``columns``: a dwroll backward-weight column walk (4 columns x 32 channels, one channel per thread)."""
+    tile of 16 elements per thread (2D 3x3: the walk with tap-major weights instead of held ones)."""
     if family is Family.DWROLL:  # one warp: 4 elements per thread of an 8x16 tile (16 of 16x32)
-        block_w, block_n = (16, 32) if wide else (4, 32) if columns else (8, 16)
+        block_w, block_n = (16, 32) if wide else (8, 16)
         return KernelConfig(direction, dtype, ndim, family, block_w, block_n, taps_w, 1, stages, 1, split_k, 1, 8,
                             index64)
     if family is Family.DIRECT:
@@ -116,9 +115,6 @@ def cases(ndims=(2, 3)):
                     if family is Family.DWROLL:
                         height = available[label]["filter_size"][-2]
                         variants = [dict(taps_w=height), dict(taps_w=height, stages=2)]  # plain, loads ahead
-                        if direction is Direction.BACKWARD_WEIGHT and available[label]["stride"][-1] == 1 \
-                                and available[label]["dilation"][-1] == 1:
-                            variants += [dict(v, columns=True) for v in variants]
                         if ndim == 2 and height == 3 and direction is not Direction.BACKWARD_WEIGHT:
                             # 8x16 holds the weights (dwroll_tiling.hoists_weights); 16x32 does not
                             variants += [dict(v, wide=True) for v in variants]
@@ -172,9 +168,7 @@ def gpu_config(direction: Direction, dtype: DType, ndim: int, family: Family, nu
 DWROLL_GPU_TILES = {
     # 3x3: in 2D the 8-element tiles hold the weights (dwroll_tiling.hoists_weights), 64x32 does not
     False: {3: ((16, 64, 4), (32, 64, 8), (64, 32, 4)), 5: ((16, 64, 4), (32, 64, 8)), 7: ((16, 64, 4), (32, 64, 8))},
-    # backward-weight: the tile walk, and the column walk (block_n >= 32 x warps: 2 and 1 channels per thread)
-    True: {3: ((16, 64, 4), (32, 64, 8), (8, 64, 1), (8, 64, 2)), 5: ((16, 32, 4), (32, 32, 8), (8, 32, 1)),
-           7: ((16, 16, 4), (32, 16, 8), (4, 32, 1))},
+    True: {3: ((16, 64, 4), (32, 64, 8)), 5: ((16, 32, 4), (32, 32, 8)), 7: ((16, 16, 4), (32, 16, 8))},
 }
 
 
