@@ -50,7 +50,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -224,6 +224,11 @@ class ConfigTable:
 
     def __len__(self) -> int:
         return len(self.configs)
+
+    @cached_property
+    def names(self) -> tuple[str, ...]:
+        """The configs' kernel names (computed on first use, once per cached table)."""
+        return tuple(c.name for c in self.configs)
 
 
 @lru_cache(maxsize=512)

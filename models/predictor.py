@@ -36,8 +36,13 @@ families are the artifact's own record when it has one (``families`` in ``train_
 the families of the training rows, written by ``models/train.py`` since schema 3), else the
 families whose one-hot ``k_<family>`` is among the model's features (every shipped schema-1/2
 model: igemm, gmerge, gemm1x1, direct — exactly the families of their training rows; ``tma`` has
-no one-hot, ``dwroll`` has one from schema 3). When no candidate is of a seen family, all are ranked
-(as before this rule): a ranking is never empty while there are candidates. The analytic model is
+no one-hot, ``dwroll`` has one from schema 3). Unseen kernels likewise: a model whose manifest lists
+the ``kernels`` of its training rows (``models/train.py`` since session 8) ranks only those. A kernel
+added to the rule set after training is a config value the model never saw (measured on the H200:
+the bf16 backward-weight model ranked untried ``num_stages`` 3 dwroll tiles first, 1.4x slower than its
+own pick among the kernels it knew); it waits for the tuning database or the next training. When no
+candidate is seen, all are ranked (as before these rules): a ranking is never empty while there are
+candidates. The analytic model is
 a formula that costs every family (dwroll by the direct view) and ranks every candidate.
 """
 
@@ -201,6 +206,9 @@ class TrainedPredictor:
         self.uses_launch = bool(set(self.feature_names) & set(LAUNCH_NAMES))
         self.manifest = manifest
         self.seen_families = seen_families(self.feature_names, manifest)
+        # The kernels of its training rows (``kernels`` of train_manifest.json, models trained since
+        # session 8); empty for older artifacts, which the families alone restrict.
+        self.seen_kernels = frozenset(manifest.get("kernels") or ())
         # Their config-table codes (a family the engine has no code for is never matched).
         self._seen_codes = np.array(sorted({analytic.family_code(f) for f in self.seen_families}
                                            - {analytic.UNKNOWN_FAMILY}), dtype=np.int64)
@@ -243,9 +251,13 @@ class TrainedPredictor:
         return np.exp(self.forest.predict(self._checked_features(problem, configs)))
 
     def rankable(self, configs: Sequence[KernelConfig] | ConfigTable) -> np.ndarray:
-        """Bool per config: whether this model may rank it (its family is one of
-        :attr:`seen_families`); every config when none is."""
-        seen = np.isin(table_of(configs).columns["family"], self._seen_codes)
+        """Bool per config: whether this model may rank it (its family is one of :attr:`seen_families`
+        and, where the artifact records them, it is one of :attr:`seen_kernels`); every config when
+        none is."""
+        table = table_of(configs)
+        seen = np.isin(table.columns["family"], self._seen_codes)
+        if self.seen_kernels:
+            seen &= np.fromiter((name in self.seen_kernels for name in table.names), dtype=bool, count=len(table))
         return seen if seen.any() else np.ones(len(seen), dtype=bool)
 
     def rank(self, problem: ConvProblem, configs: Sequence[KernelConfig] | ConfigTable) -> Ranking:

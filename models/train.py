@@ -349,6 +349,8 @@ def train_artifact(data_dirs: Sequence[Path], direction: Direction, dtype: DType
     manifest = {"name": name, "version": version, "data_hash": data_hash(problems), "rows": int(len(m.y)),
                 "problems": len(problems), "timed_rows": int(sum(pr.timed.sum() for pr in problems)),
                 "families": sorted({c.family.value for pr in problems for c in pr.configs}),
+                # as the model's dtype names them (rows of also_dtypes train it too)
+                "kernels": sorted({dataclasses.replace(c, dtype=dtype).name for pr in problems for c in pr.configs}),
                 **manifest_summary(manifests), "direction": direction.value, "dtype": dtype.value,
                 "arch": get_arch(arch).arch, "excluded_shapes_from": [str(p) for p in exclude],
                 **({"kernels_of_rule_set": rule_set} if rule_set else {}),

@@ -195,3 +195,22 @@ def test_select_through_the_service_leaves_dwroll_to_a_model_that_saw_it(tmp_pat
             assert "dwroll" in {c.config.family.value for c in analytic.candidates}
     finally:
         db.close()
+
+
+def test_the_manifests_record_of_training_kernels_leaves_the_others_out(tmp_path):
+    """A model ranks only the kernels its manifest lists (those of its training rows), like unseen
+    families; with none of the candidates listed it ranks them all."""
+    from tiledispatch.models.predictor import rank
+
+    folder = _copy(tmp_path)
+    problem = _depthwise(Direction.FORWARD)
+    configs = [c for c in _candidates(problem) if c.family.value in EARLIER_FAMILIES]
+    known = [c.name for c in configs[::3]]
+    manifest = json.loads((folder / "train_manifest.json").read_text())
+    (folder / "train_manifest.json").write_text(json.dumps({**manifest, "kernels": known}))
+    model = load(folder)
+    ranking = rank(model, problem, configs)
+    assert sorted(configs[i].name for i in ranking.order) == sorted(known)
+    assert sorted(ranking.unranked.tolist()) == [i for i, c in enumerate(configs) if c.name not in known]
+    unknown = [c for c in configs if c.name not in known]
+    assert sorted(rank(model, problem, unknown).order.tolist()) == list(range(len(unknown)))
