@@ -48,6 +48,13 @@ def test_training_is_bit_identical_and_writes_the_artifacts(tmp_path):
     assert 0 < manifest["cv"]["overall"]["mean"] <= 1
     # The families of the training rows are recorded (the predictor ranks no other with the model).
     assert manifest["families"] == ["direct", "gemm1x1", "gmerge", "igemm"]
+    # and so are their kernels, by name (the predictor ranks no other kernel with the model)
+    import pandas as pd
+
+    rows = pd.concat([pd.read_parquet(s) for s in sorted((RAW / "synthetic").glob("rows-*.parquet"))])
+    rows = rows[(rows.direction == "bwd_data") & (rows.dtype == "bf16") & rows.kernel.str.startswith("gconv_")]
+    assert manifest["kernels"] == sorted(set(manifest["kernels"])) and len(manifest["kernels"]) > 10
+    assert set(manifest["kernels"]) <= set(rows.kernel)
     # Default: the engine's newest schema (3), pinned in the recorded command.
     from tiledispatch.models.features import FEATURE_SETS, SCHEMA_VERSION
     from tiledispatch.models.predictor import load
@@ -56,6 +63,7 @@ def test_training_is_bit_identical_and_writes_the_artifacts(tmp_path):
     assert spec["schema_version"] == SCHEMA_VERSION == 3 and spec["feature_names"] == list(FEATURE_SETS[3])
     assert manifest["command"].split("--feature-set ")[1].split()[0] == "3"
     assert load(folders[0]).seen_families == {"direct", "gemm1x1", "gmerge", "igemm"}
+    assert load(folders[0]).seen_kernels == set(manifest["kernels"])
 
 
 def test_data_hash_ignores_row_order(frame):
