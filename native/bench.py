@@ -636,15 +636,7 @@ def done_problem_keys(out_dir: Path) -> set[str]:
 
 def measured_kernels(data_dirs: Iterable[Path | str]) -> dict[str, set[str]]:
     """Problem key -> names of the kernels (and baselines) with a row of any status in the folders."""
-    import pyarrow.parquet as pq
-
-    out: dict[str, set[str]] = {}
-    for directory in data_dirs:
-        for shard in sorted(Path(directory).glob("rows-*.parquet")):
-            table = pq.read_table(shard, columns=["problem_key", "kernel"])
-            for key, kernel in zip(table.column("problem_key").to_pylist(), table.column("kernel").to_pylist()):
-                out.setdefault(key, set()).add(kernel)
-    return out
+    return {key: set(by_kernel) for key, by_kernel in measured_builds(data_dirs).items()}
 
 
 def measured_builds(data_dirs: Iterable[Path | str]) -> dict[str, dict[str, set[str]]]:
