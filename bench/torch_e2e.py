@@ -126,7 +126,7 @@ def _measure(steps: dict, models, train: bool, args) -> dict:
     return out
 
 
-_OUR_KERNELS = ("_igemm_", "_direct_", "_split_k_reduce", "_pack_kernel", "_weights_tap_major", "_tma_conv",
+_OUR_KERNELS = ("_igemm_", "_direct_", "_dwroll_", "_split_reduce", "_pack_kernel", "_weights_tap_major", "_tma_conv",
                 "_pad_kernel", "_flip_kernel")
 _VENDOR_CONV = ("conv", "cudnn", "xmma", "dgrad", "wgrad", "fprop", "implicit", "gemm", "sm90", "cutlass")
 _COPIES = ("copy", "nchwtonhwc", "nhwctonchw", "transpose", "permute")

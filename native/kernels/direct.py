@@ -75,6 +75,7 @@ from tiledispatch.native.kernels.direct_tiling import (  # noqa: F401  (re-expor
     bwd_weight_tiling,
 )
 from tiledispatch.native.kernels.igemm_fwd import spatial_args
+from tiledispatch.native.kernels.split_reduce import split_reduce_launch, split_reduce_program
 from tiledispatch.native.problem import ConvProblem, Direction
 
 _SIZE_PARAMS = ("BATCH", "GROUPS", "CG", "KG", "IN_D", "IN_H", "IN_W", "OUT_D", "OUT_H", "OUT_W",
@@ -82,8 +83,6 @@ _SIZE_PARAMS = ("BATCH", "GROUPS", "CG", "KG", "IN_D", "IN_H", "IN_W", "OUT_D", 
                 "PAD_D", "PAD_H", "PAD_W")
 _BWD_WEIGHT_PARAMS = ("TAP_BLOCK", "LINE_BLOCK", "ROW_WIDTH", "LINES_PER_SPLIT")
 
-#: Elements per program of the split-K reduction.
-REDUCE_BLOCK = 1024
 #: Elements per program of the tap-major weight copy (forward / backward-data tap rows).
 TAP_MAJOR_BLOCK = 1024
 
@@ -874,23 +873,6 @@ def _direct_bwd_weight_rows_kernel(
         tl.store(out_ptrs + 7, tl.sum(acc7, axis=0).to(out_ty), mask=col_ok & (F_W > 7))
 
 
-@triton.jit
-def _direct_splitk_reduce_kernel(ws_ptr, dw_ptr, ELEMENTS, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr,
-                                 INDEX64: tl.constexpr):
-    pid = tl.program_id(0)
-    if INDEX64:
-        pid = pid.to(tl.int64)
-    offs = pid * BLOCK + tl.arange(0, BLOCK)
-    ok = offs < ELEMENTS
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    # Advancing the pointer keeps split × ELEMENTS (which may pass 2^31) out of integer math.
-    ws_ptrs = ws_ptr + offs
-    for _ in tl.range(0, SPLIT_K):  # fixed order: the result is bitwise reproducible
-        acc += tl.load(ws_ptrs, mask=ok, other=0.0)
-        ws_ptrs += ELEMENTS
-    tl.store(dw_ptr + offs, acc.to(dw_ptr.dtype.element_ty), mask=ok)
-
-
 def _is_depthwise(problem: ConvProblem) -> bool:
     return problem.c_per_group == 1 and problem.k_per_group == 1
 
@@ -937,13 +919,6 @@ def _rows_programs(fn, config: KernelConfig, types: dict[str, str], constexprs: 
     rows_types["wt_ptr"] = "*fp32"
     return {"rows": Program(fn, values, rows_types, config.num_warps, config.num_stages),
             "tap_major": tap_major_program(config, flip=False)}
-
-
-def splitk_reduce_program(config: KernelConfig) -> Program:
-    """The fixed-order sum of ``split_k`` fp32 backward-weight partials into dW (direct and dwroll)."""
-    return Program(_direct_splitk_reduce_kernel,
-                   {"SPLIT_K": config.split_k, "BLOCK": REDUCE_BLOCK, "INDEX64": config.index64},
-                   {"ws_ptr": "*fp32", "dw_ptr": pointer_type(config.dtype), "ELEMENTS": int_type(config)}, 4, 1)
 
 
 def tap_major_program(config: KernelConfig, *, flip: bool) -> Program:
@@ -1044,7 +1019,7 @@ class DirectBackwardWeight:
         else:
             programs = _two_programs(_direct_bwd_weight_kernel, config, types, constexprs, passes=False)
         if config.split_k > 1:
-            programs["reduce"] = splitk_reduce_program(config)
+            programs["reduce"] = split_reduce_program(config)
         return programs
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
@@ -1069,6 +1044,5 @@ class DirectBackwardWeight:
                            (first, second, target, *_size_args(problem),
                             tap_block, line_block, row_width, lines_per_split))]
         if config.split_k > 1:
-            elements = problem.weight_elements
-            launches.append(Launch("reduce", (cdiv(elements, REDUCE_BLOCK), 1, 1), (workspace, out, elements)))
+            launches.append(split_reduce_launch(config, workspace, out, problem.weight_elements))
         return launches

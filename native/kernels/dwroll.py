@@ -52,14 +52,9 @@ import triton.language as tl
 
 from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.kernels.base import Launch, Program, as3d, cdiv, fixed_sizes, int_type, pointer_type
-from tiledispatch.native.kernels.direct import (
-    REDUCE_BLOCK,
-    _f32,
-    splitk_reduce_program,
-    tap_major_launch,
-    tap_major_program,
-)
+from tiledispatch.native.kernels.direct import _f32, tap_major_launch, tap_major_program
 from tiledispatch.native.kernels.dwroll_tiling import data_geometry, data_rows, hoists_weights, weight_tiling
+from tiledispatch.native.kernels.split_reduce import split_reduce_launch, split_reduce_program
 from tiledispatch.native.problem import ConvProblem, Direction
 
 _DATA_PARAMS = ("BATCH", "CHANNELS", "IN_D", "IN_H", "IN_W", "OUT_D", "OUT_H", "OUT_W", "F_D", "F_W",
@@ -527,7 +522,7 @@ class DwrollBackwardWeight:
         kernel = _dwroll_bwd_weight_prefetch_kernel if config.num_stages == 2 else _dwroll_bwd_weight_kernel
         programs = {"roll": Program(kernel, constexprs, types, config.num_warps, 1)}
         if config.split_k > 1:
-            programs["reduce"] = splitk_reduce_program(config)
+            programs["reduce"] = split_reduce_program(config)
         return programs
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
@@ -541,6 +536,5 @@ class DwrollBackwardWeight:
         sizes = _data_args(problem, data_geometry(problem))
         launches = [Launch("roll", grid, (first, second, target, *sizes, rows, items_per_split))]
         if config.split_k > 1:
-            elements = problem.weight_elements
-            launches.append(Launch("reduce", (cdiv(elements, REDUCE_BLOCK), 1, 1), (workspace, out, elements)))
+            launches.append(split_reduce_launch(config, workspace, out, problem.weight_elements))
         return launches

@@ -45,6 +45,7 @@ import triton.language as tl
 from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.kernels.base import Launch, Program, cdiv, int_type, pointer_type, tensor_core_constexprs
 from tiledispatch.native.kernels.igemm_fwd import aligned_channels, spatial_args
+from tiledispatch.native.kernels.split_reduce import split_reduce_launch, split_reduce_program
 from tiledispatch.native.kernels.tiles import grouped_tile
 from tiledispatch.native.problem import ConvProblem, Direction
 
@@ -52,11 +53,8 @@ _SIZE_PARAMS = ("BATCH", "GROUPS", "CG", "KG", "IN_D", "IN_H", "IN_W", "OUT_D", 
                 "F_D", "F_H", "F_W", "STR_D", "STR_H", "STR_W", "DIL_D", "DIL_H", "DIL_W",
                 "PAD_D", "PAD_H", "PAD_W")
 
-#: Elements per program of the split-K reduction.
-REDUCE_BLOCK = 1024
 #: Positions summed in one tensor-core accumulator before it is added to the fp32 total (see the kernel).
 PROMOTE_POSITIONS = 16384
-REDUCE_WARPS = 4
 
 
 @triton.jit
@@ -211,23 +209,6 @@ def _igemm_bwd_weight_kernel(
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=out_mask)
 
 
-@triton.jit
-def _split_k_reduce_kernel(ws_ptr, out_ptr, W_ELEMS, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr,
-                           INDEX64: tl.constexpr):
-    """out[e] = Σ_s ws[s, e] in the fixed order s = 0, 1, …: deterministic, no atomics."""
-    pid = tl.program_id(0)
-    if INDEX64:
-        pid = pid.to(tl.int64)
-    offs = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < W_ELEMS
-    ptrs = ws_ptr + offs
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for _ in tl.static_range(SPLIT_K):
-        acc += tl.load(ptrs, mask=mask, other=0.0)
-        ptrs += W_ELEMS  # pointer arithmetic: 64-bit even for 32-bit-indexed kernels
-    tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
-
-
 class IgemmBackwardWeight:
     direction = Direction.BACKWARD_WEIGHT
     families = frozenset({Family.IGEMM, Family.GMERGE, Family.GEMM1X1})
@@ -242,10 +223,7 @@ class IgemmBackwardWeight:
         programs = {"main": Program(_igemm_bwd_weight_kernel, constexprs, types, config.num_warps,
                                     config.num_stages)}
         if config.split_k > 1:
-            programs["reduce"] = Program(
-                _split_k_reduce_kernel,
-                {"SPLIT_K": config.split_k, "BLOCK": REDUCE_BLOCK, "INDEX64": config.index64},
-                {"ws_ptr": "*fp32", "out_ptr": ptr, "W_ELEMS": ints}, REDUCE_WARPS, 1)
+            programs["reduce"] = split_reduce_program(config)
         return programs
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
@@ -261,6 +239,5 @@ class IgemmBackwardWeight:
         if workspace is None or workspace.numel() < self.workspace_elements(problem, config):
             raise ValueError(f"workspace: split_k={config.split_k} needs "
                              f"{self.workspace_elements(problem, config)} fp32 elements")
-        elements = problem.weight_elements
         return [Launch("main", grid, (first, second, workspace, *sizes)),
-                Launch("reduce", (cdiv(elements, REDUCE_BLOCK), 1, 1), (workspace, out, elements))]
+                split_reduce_launch(config, workspace, out, problem.weight_elements)]
