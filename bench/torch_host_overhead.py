@@ -2,7 +2,8 @@
 
 What runs: a ``TileConv2d`` (depthwise 96 channels, 7x7, pad 3, bf16, channels-last: convnext_tiny's
 dwconv) called as in a training step, ``x.grad = w.grad = None; conv(x).backward(g)``, through the
-whole eager path: module forward, ``tile_conv``'s checks, ``pytorch_serves``, ``EagerConv`` (autograd
+whole eager path: module forward (since the per-module fast path, its checks and one lookup of what
+``tile_conv``'s checks and ``pytorch_serves`` decided for the call key), ``EagerConv`` (autograd
 Function), ``Runtime.run`` per direction (route / entry lookup, policy and decision), ``_launch``
 (``channels_last``), ``LaunchPlan.run`` (operand checks, output and workspace allocation, pointer
 binding). Stubbed, as in ``bench/launch_overhead.py``: the compiled backend is pointed at CPU tensors
@@ -173,6 +174,7 @@ def breakdown(calls: int, rounds: int) -> dict:
         fmt = torch.channels_last
         spec = plan.operands[2]
         pieces = {
+            # tile_conv's (and a TileConv's first call per key); the module's steady state skips them
             "tile_conv prologue: torch.is_autocast_enabled": lambda: torch.is_autocast_enabled(x.device.type),
             "tile_conv prologue: runtime.accepts": lambda: runtime.accepts(x),
             "tile_conv prologue: _eager (compile/dispatch-mode checks)": lambda: integration._eager(x, w),
@@ -191,9 +193,13 @@ def breakdown(calls: int, rounds: int) -> dict:
             "Runtime.run fwd (route/entry + policy + _launch)":
                 lambda: runtime.run(Direction.FORWARD, x, w, x_shape, w_shape, *params),
         }
+        pieces["TileConv fast path: _eager + any autocast"] = lambda: (
+            integration._eager(x, w) and torch._C._is_any_autocast_enabled())
         out = {name: per_call_us(call, calls, rounds)["min_us"] for name, call in pieces.items()}
         with torch.no_grad():
-            out["TileConv2d forward, no grad (module + tile_conv + run)"] = per_call_us(
+            out["TileConv2d.forward, no grad (called directly: no nn.Module __call__)"] = per_call_us(
+                lambda: tile.forward(x), calls, rounds)["min_us"]
+            out["TileConv2d forward, no grad (module + fast path or tile_conv + run)"] = per_call_us(
                 lambda: tile(x), calls, rounds)["min_us"]
 
         def forward_with_grad():

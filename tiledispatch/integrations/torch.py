@@ -18,7 +18,10 @@ What happens per convolution call (see :mod:`.torch_runtime` and :mod:`.torch_se
   custom ops with fake implementations (``torch.ops.tiledispatch.conv_fwd/conv_bwd_data/
   conv_bwd_weight``), kept as opaque calls; in eager mode they call the same runtime through a
   hand-written ``torch.autograd.Function`` (``torch_ops.EagerConv``), without the custom ops'
-  dispatcher cost;
+  dispatcher cost; a TileConv keeps, per call key (input shape, dtype and device, weight shape,
+  which gradients flow), what ``tile_conv``'s checks decided for it, so a steady-state call costs
+  a lookup there (whether the call is traced, under a dispatch mode or autocast is still checked on
+  every call; what was kept is dropped whenever the runtime, its settings or its entries change);
 * which implementation runs a (direction, shape) is the runtime's policy (:mod:`.torch_dispatch`;
   ``configure(policy=...)`` or ``$TILEDISPATCH_TORCH_POLICY``): by default on CUDA (``fastest``) our
   kernel and PyTorch's convolution (cuDNN) are both timed on its first call and the cheaper per call,
@@ -47,8 +50,11 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
+from tiledispatch.native.problem import Direction
+
 from . import torch_ops
 from .torch_dispatch import POLICIES, Decision, EventTimer, Timing
+from .torch_reference import forward as _pytorch_forward  # PyTorch's convolution under PyTorch's autograd
 from .torch_runtime import Runtime, channels_last, configure, get_runtime, memory_format
 from .torch_select import Choice, KernelSelector, SelectionError
 
@@ -121,14 +127,6 @@ def _tuple(value: Any, n: int) -> tuple[int, ...]:
     return tuple(value) if isinstance(value, (tuple, list)) else (int(value),) * n
 
 
-def _pytorch_forward(x: torch.Tensor, weight: torch.Tensor, groups: int, stride: tuple[int, ...],
-                     pad_begin: tuple[int, ...], pad_end: tuple[int, ...], dilation: tuple[int, ...]) -> torch.Tensor:
-    """PyTorch's own convolution under PyTorch's autograd (one ``convolution_backward`` for both gradients)."""
-    from .torch_reference import forward
-
-    return forward(x, weight, groups, stride, pad_begin, pad_end, dilation)
-
-
 def _eager(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether this call runs eagerly on plain tensors: not traced by ``torch.compile``, under no
     dispatch mode (fake tensors, ``make_fx``, functionalization) and no tensor subclass; only such
@@ -141,19 +139,101 @@ def _eager(x: torch.Tensor, weight: torch.Tensor) -> bool:
 _PLAIN = (torch.Tensor, nn.Parameter)
 
 
+class _Calls(dict):
+    """A TileConv's eager calls resolved so far: per (input shape, dtype, device, weight shape,
+    input and weight gradient flowing) what ``tile_conv`` would run, as :func:`_resolve` answers.
+    Valid for one runtime at one generation of its entries (bumped by every change of an entry, the
+    policy, ``cpu``, ``dtypes``, or ``clear()``) and the module's groups (its other parameters drop
+    the calls when set), so an answer never outlives what it was derived from; a copy or pickle of
+    the module starts empty (and holds no runtime)."""
+
+    __slots__ = ("runtime", "generation", "groups")
+
+    def __init__(self, runtime: Runtime | None = None, generation: int = -1, groups: int = 0):
+        super().__init__()
+        self.runtime, self.generation, self.groups = runtime, generation, groups
+
+    def __reduce__(self):
+        return _Calls, ()
+
+
+def _resolve(runtime: Runtime, x: torch.Tensor, weight: torch.Tensor, groups: int, stride: tuple[int, ...],
+             pad_begin: tuple[int, ...], pad_end: tuple[int, ...],
+             dilation: tuple[int, ...]) -> tuple[torch.memory_format | None, tuple | None, tuple[int, ...]] | None:
+    """What ``tile_conv`` runs for an eager call (not traced, no autocast) on these tensors:
+    (memory format of the operands, :class:`~.torch_ops.EagerConv`'s ``call``, the bias's view
+    shape); no format and no call when PyTorch's convolution serves it (a tensor the runtime does not
+    accept, or every needed direction settled on PyTorch). None for tensors on devices other than
+    CPU and CUDA: ``torch._C._is_any_autocast_enabled`` does not see autocast on all of them (MPS),
+    so ``tile_conv`` checks theirs on every call."""
+    if not (x.is_cuda or x.is_cpu):
+        return None
+    bias_shape = (1, -1, *([1] * (x.dim() - 2)))
+    if not runtime.accepts(x) or runtime.pytorch_serves(x, weight, groups, stride, pad_begin, pad_end, dilation):
+        return None, None, bias_shape
+    conv = (tuple(x.shape), tuple(weight.shape), groups, stride, pad_begin, pad_end, dilation)
+    return memory_format(x.dim()), (runtime, conv), bias_shape
+
+
+_UNRESOLVED = object()  # a call key _resolve has not answered yet (None is one of its answers)
+
+
 class _TileConvMixin:
     """forward() of a TileConv: our kernels where the runtime accepts the tensor, else nn.Conv's own."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``tile_conv`` on the module's parameters. In eager mode (the common case: not traced, no
+        autocast; checked on every call) what it decides for this call is kept in a :class:`_Calls`
+        and reused while the call key, the runtime and its generation are the same: a step pays a
+        dict lookup instead of the padding, acceptance and ``pytorch_serves`` work, and the shapes
+        and parameters ``EagerConv`` passes to the runtime are built once."""
         # (stride, (pad_begin, pad_end), dilation) as tile_conv wants them, kept while the module's
-        # padding, kernel_size, stride and dilation are the same objects (recomputed if one is set).
+        # padding, kernel_size, stride and dilation are the same objects (recomputed if one is set,
+        # dropping the calls resolved with the old ones).
         params = self.__dict__.get("_tile_params")
         if (params is None or params[0] is not self.padding or params[1] is not self.kernel_size
                 or params[2] is not self.stride or params[3] is not self.dilation):
             params = (self.padding, self.kernel_size, self.stride, self.dilation, tuple(self.stride),
                       padding_of(self.padding, self.kernel_size, self.dilation), tuple(self.dilation))
             self.__dict__["_tile_params"] = params
-        return tile_conv(x, self.weight, self.bias, params[4], params[5], params[6], self.groups)
+            self.__dict__.pop("_tile_calls", None)
+        # What nn.Module.__getattr__ answers for self.weight/self.bias, without the failed ordinary
+        # attribute lookup before it (most of a microsecond each); else (e.g. a parametrized weight)
+        # the attribute. (Not .get(name, self.weight): that would look the attribute up every time.)
+        parameters = self._parameters
+        weight = parameters["weight"] if "weight" in parameters else self.weight  # noqa: SIM401
+        bias = parameters["bias"] if "bias" in parameters else self.bias  # noqa: SIM401
+        stride, (pad_begin, pad_end), dilation = params[4], params[5], params[6]
+        groups = self.groups
+        # _eager first: under torch.compile nothing below it may be traced.
+        if not _eager(x, weight) or torch._C._is_any_autocast_enabled():
+            return tile_conv(x, weight, bias, stride, params[5], dilation, groups)
+        runtime = get_runtime()
+        generation = runtime._entries.generation
+        calls = self.__dict__.get("_tile_calls")
+        if (calls is None or calls.runtime is not runtime or calls.generation != generation
+                or calls.groups != groups):
+            calls = self.__dict__["_tile_calls"] = _Calls(runtime, generation, groups)
+        grad = torch.is_grad_enabled()
+        grad_x, grad_w = grad and x.requires_grad, grad and weight.requires_grad
+        key = (x.shape, x.dtype, x.device, weight.shape, grad_x, grad_w)
+        resolved = calls.get(key, _UNRESOLVED)
+        if resolved is _UNRESOLVED:
+            resolved = calls[key] = _resolve(runtime, x, weight, groups, stride, pad_begin, pad_end, dilation)
+        if resolved is None:
+            return tile_conv(x, weight, bias, stride, params[5], dilation, groups)
+        fmt, call, bias_shape = resolved
+        if call is None:
+            y = _pytorch_forward(x, weight, groups, stride, pad_begin, pad_end, dilation)
+        else:
+            x, weight = x.contiguous(memory_format=fmt), weight.contiguous(memory_format=fmt)
+            if grad_x or grad_w:
+                y = torch_ops.EagerConv.apply(x, weight, call)
+            else:  # no gradient can flow: the forward alone, no autograd node
+                y = runtime.run(Direction.FORWARD, x, weight, *call[1])
+        if bias is not None:
+            y = y + bias.view(bias_shape)
+        return y
 
     @classmethod
     def from_conv(cls, conv: nn.Module) -> nn.Module:

@@ -125,38 +125,50 @@ class EagerConv(torch.autograd.Function):
     """``conv_fwd`` and its autograd for eager mode: forward and each needed backward direction call
     the runtime exactly as the custom ops do (our kernel through its entry's launch plan, or
     PyTorch's convolution, per the policy and its decisions), with the same results and layouts.
-    Double backward is not supported (as with the ops)."""
+    Double backward is not supported (as with the ops).
+
+    ``call`` is ``(runtime, (x_shape, w_shape, groups, stride, pad_begin, pad_end, dilation))``:
+    :meth:`Runtime.run`'s arguments after the tensors, built once (a TileConv keeps it per input
+    shape), one argument to ``apply`` (its per-argument cost) and all that backward needs."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, stride: tuple[int, ...], pad_begin: tuple[int, ...],
-                pad_end: tuple[int, ...], dilation: tuple[int, ...], groups: int) -> Tensor:
-        runtime = get_runtime()
+    def forward(ctx, x: Tensor, weight: Tensor, call: tuple) -> Tensor:
         ctx.save_for_backward(x, weight)
-        ctx.conv = (runtime, stride, pad_begin, pad_end, dilation, groups)
-        return runtime.run(Direction.FORWARD, x, weight, tuple(x.shape), tuple(weight.shape), groups, stride,
-                           pad_begin, pad_end, dilation)
+        ctx.call = call
+        runtime, conv = call
+        return runtime.run(Direction.FORWARD, x, weight, *conv)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad_output: Tensor):
-        x, weight = ctx.saved_tensors
-        runtime, stride, pad_begin, pad_end, dilation, groups = ctx.conv
-        x_shape, w_shape = tuple(x.shape), tuple(weight.shape)
-        grad_x = grad_w = None
-        if ctx.needs_input_grad[0]:
-            grad_x = runtime.run(Direction.BACKWARD_DATA, grad_output, weight, x_shape, w_shape, groups, stride,
-                                 pad_begin, pad_end, dilation)
-        if ctx.needs_input_grad[1]:
-            grad_w = runtime.run(Direction.BACKWARD_WEIGHT, x, grad_output, x_shape, w_shape, groups, stride,
-                                 pad_begin, pad_end, dilation)
-        return grad_x, grad_w, None, None, None, None, None
+        if torch.is_grad_enabled():  # create_graph=True: only once_differentiable's error for a 2nd backward
+            return _backward_once(ctx, grad_output)
+        return _eager_backward(ctx, grad_output)  # what once_differentiable runs with grad mode off
+
+
+def _eager_backward(ctx, grad_output: Tensor) -> tuple:
+    x, weight = ctx.saved_tensors
+    runtime, conv = ctx.call
+    needs_x, needs_w, _ = ctx.needs_input_grad
+    grad_x = runtime.run(Direction.BACKWARD_DATA, grad_output, weight, *conv) if needs_x else None
+    grad_w = runtime.run(Direction.BACKWARD_WEIGHT, x, grad_output, *conv) if needs_w else None
+    return grad_x, grad_w, None
+
+
+_backward_once = once_differentiable(_eager_backward)
+
+
+def eager_call(x: Tensor, weight: Tensor, stride: tuple[int, ...], pad_begin: tuple[int, ...],
+               pad_end: tuple[int, ...], dilation: tuple[int, ...], groups: int) -> tuple:
+    """:class:`EagerConv`'s ``call`` for these tensors' shapes, on the process's runtime."""
+    return get_runtime(), (tuple(x.shape), tuple(weight.shape), groups, stride, pad_begin, pad_end, dilation)
 
 
 def conv_eager(x: Tensor, weight: Tensor, stride: tuple[int, ...], pad_begin: tuple[int, ...],
                pad_end: tuple[int, ...], dilation: tuple[int, ...], groups: int) -> Tensor:
     """``conv_fwd`` in eager mode (tuples of ints for the parameters): :class:`EagerConv` when a
     gradient can flow, else the forward alone (no autograd node to build)."""
+    call = eager_call(x, weight, stride, pad_begin, pad_end, dilation, groups)
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-        return EagerConv.apply(x, weight, stride, pad_begin, pad_end, dilation, groups)
-    return get_runtime().run(Direction.FORWARD, x, weight, tuple(x.shape), tuple(weight.shape), groups, stride,
-                             pad_begin, pad_end, dilation)
+        return EagerConv.apply(x, weight, call)
+    runtime, conv = call
+    return runtime.run(Direction.FORWARD, x, weight, *conv)

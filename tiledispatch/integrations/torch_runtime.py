@@ -23,7 +23,9 @@ Per-call host cost on a cache hit: one dict lookup keyed by shapes and parameter
 workspace allocation, launches with bound pointers) or PyTorch's convolution. That lookup is in the
 runtime's *routes* (key -> entry and implementation, the policy and decision already applied), which
 are derived from the entries and dropped whenever an entry changes (:class:`_EntryTable`) or the
-policy is set; a miss takes the full path (:meth:`Runtime._dispatch`), which fills them again.
+policy, ``cpu`` or ``dtypes`` is set; a miss takes the full path (:meth:`Runtime._dispatch`), which
+fills them again. Each such change bumps the entries' ``generation``, which is also what bounds the
+life of a TileConv's resolved calls (:mod:`.torch`: the module's own fast path, before the runtime).
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def memory_format(ndim: int) -> torch.memory_format:
 
 def channels_last(tensor: torch.Tensor) -> torch.Tensor:
     """``tensor`` in channels-last memory, 16-byte aligned (a copy only when it is not already)."""
-    fmt = memory_format(tensor.dim())
+    fmt = torch.channels_last if tensor.dim() == 4 else torch.channels_last_3d  # memory_format(), inline: per call
     if not tensor.is_contiguous(memory_format=fmt):
         tensor = tensor.contiguous(memory_format=fmt)
     if tensor.data_ptr() % 16:
@@ -94,7 +96,8 @@ class _EntryTable(dict):
     (the runtime's own, or a test's ``runtime._entries[key] = ...``) bumps ``generation`` and drops
     what was derived from the changed entries: the route of that key (a route depends on its own
     entry only; all of them when several keys change) and every ``pytorch_serves`` answer, so that
-    a fast-path answer never outlives the entries it came from. Reads are plain dict reads."""
+    a fast-path answer never outlives the entries it came from (a TileConv's resolved calls are
+    checked against ``generation`` on every call). Reads are plain dict reads."""
 
     def __init__(self, routes: dict, serves: dict):
         super().__init__()
@@ -118,7 +121,8 @@ class _EntryTable(dict):
                 table[key] = value
 
     def forget(self) -> None:
-        """Drop every route and ``pytorch_serves`` answer (e.g. the policy changed)."""
+        """Drop every route and ``pytorch_serves`` answer, and bump ``generation`` (a setting they
+        applied changed: the policy, ``cpu``, ``dtypes``)."""
         with self.lock:
             self._changed(every=True)
 
@@ -186,15 +190,11 @@ class Runtime:
                  cpu: str = "torch", dtypes: tuple[torch.dtype, ...] = (torch.bfloat16, torch.float16),
                  selector: KernelSelector | None = None, client_options: dict[str, Any] | None = None,
                  policy: str | None = None, timer: Timer | None = None):
-        if cpu not in ("torch", "interpret"):
-            raise ValueError(f"cpu: must be 'torch' or 'interpret', got {cpu!r}")
         self.target, self.mode, self.timeout_s = target, mode, timeout_s
         env_dir = os.environ.get("TILEDISPATCH_REGISTRY_DIR")
         self.registry_dir = Path(registry_dir) if registry_dir else (Path(env_dir) if env_dir else None)
         self.arch = arch or os.environ.get("TILEDISPATCH_ARCH") or None
         self.rule_set = rule_set
-        self.cpu = cpu
-        self.dtypes = tuple(dtypes)
         self._selector = selector
         self.client_options = dict(client_options or {})
         self._jit_selector: KernelSelector | None = None
@@ -206,9 +206,14 @@ class Runtime:
         self._entries: _EntryTable = _EntryTable(self._routes, self._serves)
         self._lock = threading.Lock()
         self._logged: set[str] = set()
+        self.cpu = cpu
+        self.dtypes = dtypes
         self.policy = policy if policy is not None else os.environ.get(dispatch.POLICY_ENV)
         self.timer: Timer = timer if timer is not None else EventTimer()
 
+    # The settings that decide where a call goes. Setting one bumps the entries' generation (and
+    # drops the routes and pytorch_serves answers): what a TileConv keeps of its calls' resolution
+    # is valid for one generation (torch.TileConv's fast path), so it cannot outlive the setting.
     @property
     def policy(self) -> str:
         """``auto``, ``fastest``, ``ours`` or ``pytorch``; settable (decisions made so far are kept)."""
@@ -217,9 +222,29 @@ class Runtime:
     @policy.setter
     def policy(self, value: str | None) -> None:
         self._policy = dispatch.parse_policy(value)
-        entries = getattr(self, "_entries", None)
-        if entries is not None:  # routes and pytorch_serves answers applied the old policy
-            entries.forget()
+        self._entries.forget()  # routes and pytorch_serves answers applied the old policy
+
+    @property
+    def cpu(self) -> str:
+        """``torch`` or ``interpret``: what runs convolutions on CPU tensors (settable)."""
+        return self._cpu
+
+    @cpu.setter
+    def cpu(self, value: str) -> None:
+        if value not in ("torch", "interpret"):
+            raise ValueError(f"cpu: must be 'torch' or 'interpret', got {value!r}")
+        self._cpu = value
+        self._entries.forget()
+
+    @property
+    def dtypes(self) -> tuple[torch.dtype, ...]:
+        """The tensor dtypes sent to our kernels (settable; others go to PyTorch)."""
+        return self._dtypes
+
+    @dtypes.setter
+    def dtypes(self, value: tuple[torch.dtype, ...]) -> None:
+        self._dtypes = tuple(value)
+        self._entries.forget()
 
     # ---- what goes where -------------------------------------------------------------------------
     def accepts(self, tensor: torch.Tensor) -> bool:
@@ -330,7 +355,7 @@ class Runtime:
         backward directions). The caller may then run ``F.conv`` itself, under PyTorch's own autograd:
         one ``convolution_backward`` for both gradients and none of the custom ops' per-call cost.
 
-        Answers are kept per call key until the entries or the policy change (one dict lookup)."""
+        Answers are kept per call key until the entries or a setting change (one dict lookup)."""
         grad = torch.is_grad_enabled()
         key = (x.shape, weight.shape, x.dtype, x.device.type, groups, stride, pad_begin, pad_end, dilation,
                grad and x.requires_grad, grad and weight.requires_grad)
@@ -397,13 +422,15 @@ class Runtime:
         Steady state: one lookup in the routes (the entry and the implementation, policy and
         decision applied; counted as a selection cache hit like :meth:`entry`'s), then the launch or
         PyTorch's convolution; a miss goes through :meth:`_dispatch`, which fills the route."""
-        device = first.device
-        device_type = device.type
+        # is_cuda/is_cpu and get_device() answer without building a torch.device (its .type costs
+        # several times more); only other devices build one.
+        cuda = first.is_cuda
+        device_type = "cuda" if cuda else ("cpu" if first.is_cpu else first.device.type)
         dtype = first.dtype
-        if (device_type != "cuda" and self.cpu != "interpret") or dtype not in _DTYPES:
+        if (not cuda and self._cpu != "interpret") or dtype not in _DTYPES:
             return reference(direction, first, second, x_shape, w_shape, groups, stride, pad_begin, pad_end, dilation)
-        if device_type == "cuda" and device.index is not None and device.index != torch.cuda.current_device():
-            with torch.cuda.device(device):
+        if cuda and first.get_device() != torch.cuda.current_device():
+            with torch.cuda.device(first.device):
                 return self._dispatch((direction, first, second, x_shape, w_shape, groups, stride, pad_begin,
                                        pad_end, dilation))
         start = time.perf_counter()
@@ -413,8 +440,8 @@ class Runtime:
             return self._dispatch((direction, first, second, x_shape, w_shape, groups, stride, pad_begin, pad_end,
                                    dilation))
         entry, ours = route
-        if entry is not None:  # as entry()'s cache hit
-            stats = self.selector.stats
+        if entry is not None:  # as entry()'s cache hit (which built the selector: no property needed)
+            stats = self._selector.stats
             stats.cached += 1
             stats.cached_s += time.perf_counter() - start
         if ours:
@@ -461,7 +488,14 @@ class Runtime:
         """Our kernel of ``entry`` on the two operands (copied to aligned channels-last if they are
         not), through the entry's launch plan: checks and pointer binding only."""
         plan = entry.plan if entry.plan is not None else entry.with_plan().plan
-        return plan.run(channels_last(first), channels_last(second), check_support=False)
+        # channels_last()'s checks inline with the plan's format (that of PyTorch-shaped operands;
+        # any other rank is not contiguous in it and goes through channels_last as before)
+        fmt = plan.memory_format
+        if not first.is_contiguous(memory_format=fmt) or first.data_ptr() % 16:
+            first = channels_last(first)
+        if not second.is_contiguous(memory_format=fmt) or second.data_ptr() % 16:
+            second = channels_last(second)
+        return plan.run(first, second, check_support=False)
 
     def _decide(self, entry: Entry, call: tuple) -> Decision | None:
         """Time ours and PyTorch's on ``call``'s tensors and cache the faster in the entry (one INFO
