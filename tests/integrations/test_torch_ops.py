@@ -121,8 +121,8 @@ def test_torch_compile_keeps_the_custom_ops_in_one_graph(interpreted):
     x = torch.randn(2, 4, 6, 6)
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=recording_backend, fullgraph=True)
-    expected = model(x)
-    assert _rel(compiled(x), expected) < 1e-5
+    result = compiled(x)  # first: the modules' first call is traced (nothing eager cached before it)
+    assert _rel(result, model(x)) < 1e-5
     assert len(graphs) == 1 and graphs[0].count("tiledispatch.conv_fwd") == 2
 
 

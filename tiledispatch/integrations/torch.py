@@ -196,7 +196,7 @@ class _TileConvMixin:
             params = (self.padding, self.kernel_size, self.stride, self.dilation, tuple(self.stride),
                       padding_of(self.padding, self.kernel_size, self.dilation), tuple(self.dilation))
             self.__dict__["_tile_params"] = params
-            self.__dict__.pop("_tile_calls", None)
+            self.__dict__["_tile_calls"] = None  # (not pop: torch.compile cannot trace __dict__.pop)
         # What nn.Module.__getattr__ answers for self.weight/self.bias, without the failed ordinary
         # attribute lookup before it (most of a microsecond each); else (e.g. a parametrized weight)
         # the attribute. (Not .get(name, self.weight): that would look the attribute up every time.)
