@@ -171,8 +171,8 @@ def _resolve(runtime: Runtime, x: torch.Tensor, weight: torch.Tensor, groups: in
     bias_shape = (1, -1, *([1] * (x.dim() - 2)))
     if not runtime.accepts(x) or runtime.pytorch_serves(x, weight, groups, stride, pad_begin, pad_end, dilation):
         return None, None, bias_shape
-    conv = (tuple(x.shape), tuple(weight.shape), groups, stride, pad_begin, pad_end, dilation)
-    return memory_format(x.dim()), (runtime, conv), bias_shape
+    return memory_format(x.dim()), torch_ops.eager_call(runtime, x, weight, stride, pad_begin, pad_end, dilation,
+                                                        groups), bias_shape
 
 
 _UNRESOLVED = object()  # a call key _resolve has not answered yet (None is one of its answers)

@@ -157,17 +157,17 @@ def _eager_backward(ctx, grad_output: Tensor) -> tuple:
 _backward_once = once_differentiable(_eager_backward)
 
 
-def eager_call(x: Tensor, weight: Tensor, stride: tuple[int, ...], pad_begin: tuple[int, ...],
+def eager_call(runtime, x: Tensor, weight: Tensor, stride: tuple[int, ...], pad_begin: tuple[int, ...],
                pad_end: tuple[int, ...], dilation: tuple[int, ...], groups: int) -> tuple:
-    """:class:`EagerConv`'s ``call`` for these tensors' shapes, on the process's runtime."""
-    return get_runtime(), (tuple(x.shape), tuple(weight.shape), groups, stride, pad_begin, pad_end, dilation)
+    """:class:`EagerConv`'s ``call`` for these tensors' shapes, on ``runtime``."""
+    return runtime, (tuple(x.shape), tuple(weight.shape), groups, stride, pad_begin, pad_end, dilation)
 
 
 def conv_eager(x: Tensor, weight: Tensor, stride: tuple[int, ...], pad_begin: tuple[int, ...],
                pad_end: tuple[int, ...], dilation: tuple[int, ...], groups: int) -> Tensor:
     """``conv_fwd`` in eager mode (tuples of ints for the parameters): :class:`EagerConv` when a
     gradient can flow, else the forward alone (no autograd node to build)."""
-    call = eager_call(x, weight, stride, pad_begin, pad_end, dilation, groups)
+    call = eager_call(get_runtime(), x, weight, stride, pad_begin, pad_end, dilation, groups)
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
         return EagerConv.apply(x, weight, call)
     runtime, conv = call
