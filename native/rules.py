@@ -45,6 +45,8 @@ _DIRECT_TAPS_W = (1, 4, 8)
 MAX_DIRECT_ELEMENTS_PER_THREAD = 64
 _DWROLL_BLOCK_W = (8, 16, 32, 64, 128)
 _DWROLL_BLOCK_N = (16, 32, 64, 128)
+#: dwroll backward-weight also splits 128 ways (small layers: a 3x3 c960 7x7 dW has 8,640 elements).
+DWROLL_MAX_SPLIT_K = 128
 #: Filter heights dwroll kernels are generated for (the depthwise filters networks use).
 _DWROLL_FILTER_HEIGHTS = (3, 5, 7)
 #: fp32 values a dwroll thread keeps live (accumulators, the backward-weight dY window and the
@@ -88,7 +90,7 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
             continue
         if family is Family.DWROLL:
             domains = (_DWROLL_BLOCK_W, _DWROLL_BLOCK_N, _DWROLL_FILTER_HEIGHTS, _DIRECT_WARPS, (1, 2),
-                       (1, *_SPLIT_K[3:]) if bwd_weight else (1,), (False, True))
+                       (1, *_SPLIT_K[3:], DWROLL_MAX_SPLIT_K) if bwd_weight else (1,), (False, True))
             for bw, bn, fh, warps, stages, sk, i64 in itertools.product(*domains):
                 yield KernelConfig(direction, dtype, ndim, family, bw, bn, fh, warps, stages, 1, sk, 1, 8, i64)
             continue
@@ -163,6 +165,10 @@ DWROLL_DATA_TILES = {3: ((8, 64, 2), (16, 64, 4), (32, 64, 4), (32, 32, 4), (64,
 DWROLL_WEIGHT_TILES = {3: ((8, 64, 2), (16, 64, 4), (16, 32, 2), (32, 32, 4), (32, 64, 8)),
                        5: ((8, 16, 1), (16, 16, 2), (16, 32, 4), (32, 16, 4)),
                        7: ((8, 16, 2), (16, 16, 4), (32, 16, 8))}
+#: 3x3 backward-weight tiles of 2-4 elements per thread, prefetching only (num_stages 2 won on every layer
+#: measured): fewer accumulator registers than DWROLL_WEIGHT_TILES' 8 elements (165 registers, 3 programs per
+#: SM under Nsight Compute, session 9), so more programs hide the walk's load latency.
+DWROLL_LEAN_WEIGHT_TILES = ((16, 16, 2), (32, 16, 4), (16, 32, 4), (64, 16, 8), (8, 32, 2))
 #: With loads one row ahead (num_stages 2), forward / backward-data: the raw next row costs F_H/2
 #: registers per element, so 5x5 and 7x7 keep 8 elements per thread; 3x3 adds tall narrow strips
 #: (H200 dev suite of 7707798: 64x32 was the best plain tile on every depthwise problem, 2.2-3.1x
@@ -191,7 +197,13 @@ def _default_rule(config: KernelConfig) -> bool:
             # a column walk (7d6be21: each thread owns whole channels and every strip column, one-warp
             # programs, 64-512 splits) was faster on 1 of 11 depthwise shapes (n128 c576 14x14: 57.9 vs
             # 67.3 us) and 1.1-1.6x slower on the others.
-            return tile in DWROLL_WEIGHT_TILES[c.block_k] and c.split_k in (16, 64)
+            if tile in DWROLL_WEIGHT_TILES[c.block_k] and c.split_k in (16, 64):
+                return True
+            # 3x3, loads a row ahead: lean tiles and 32 / 128 splits (H200, bench/results/2026-11-26_h200_s10/
+            # dw_weight_lean: the best on every stride-1 3x3 layer of the PyTorch e2e models, e.g. n32 c32
+            # 112x112 38.8 us with 64x16 on 8 warps at 128 splits against 114.8 for default's best, cuDNN 53.0).
+            return (c.block_k == 3 and c.num_stages == 2 and tile in DWROLL_WEIGHT_TILES[3] + DWROLL_LEAN_WEIGHT_TILES
+                    and c.split_k in (16, 32, 64, 128))
         if c.num_stages == 2:
             return tile in DWROLL_PREFETCH_DATA_TILES[c.block_k]
         return tile in DWROLL_DATA_TILES[c.block_k]

@@ -11,6 +11,8 @@ Sections:
 * ``dw_data``: 2D depthwise forward / backward-data, every dwroll data tile of ``default`` (plain and
   prefetching; 2D 3×3 tiles of ≤ 8 elements per thread hold their weights).
 * ``dw_weight``: dwroll backward-weight at more splits than ``default`` has.
+* ``dw_weight_lean``: 3×3 backward-weight dwroll tiles of 2 and 4 elements per thread beside ``default``'s
+  (8), plain and prefetching, 16–128 splits, on the PyTorch e2e models' depthwise layers.
 * ``grouped_fwd``: gmerge forward tiles outside ``default``, and ``_gmerge_fwd_persistent_kernel``: the
   gmerge program as a persistent loop over output tiles flattened into one software pipeline
   (``tl.range(flatten=True)``, ± warp specialisation).
@@ -90,6 +92,34 @@ def _dw_weight_configs(problem: ConvProblem):
         for sk in splits:
             yield KernelConfig(problem.direction, problem.dtype, 2, Family.DWROLL, bw, bn, f_h, warps, 2, 1, sk, 1, 8,
                                False)
+
+
+#: The PyTorch e2e models' 3x3 depthwise layers at batch 32 (session 9's table) and the dev suite's.
+E2E_DW3_PROBLEMS = (
+    "{d}|bf16|2d|n32|g144|c144|k144|in56x56|f3x3|s1x1|d1x1|pb1x1|pe1x1",
+    "{d}|bf16|2d|n32|g144|c144|k144|in56x56|f3x3|s2x2|d1x1|pb1x1|pe1x1",
+    "{d}|bf16|2d|n32|g192|c192|k192|in28x28|f3x3|s1x1|d1x1|pb1x1|pe1x1",
+    "{d}|bf16|2d|n32|g192|c192|k192|in28x28|f3x3|s2x2|d1x1|pb1x1|pe1x1",
+    "{d}|bf16|2d|n32|g32|c32|k32|in112x112|f3x3|s1x1|d1x1|pb1x1|pe1x1",
+    "{d}|bf16|2d|n32|g384|c384|k384|in14x14|f3x3|s1x1|d1x1|pb1x1|pe1x1",
+    "{d}|bf16|2d|n32|g576|c576|k576|in14x14|f3x3|s1x1|d1x1|pb1x1|pe1x1",
+    "{d}|bf16|2d|n32|g576|c576|k576|in14x14|f3x3|s2x2|d1x1|pb1x1|pe1x1",
+    "{d}|bf16|2d|n32|g960|c960|k960|in7x7|f3x3|s1x1|d1x1|pb1x1|pe1x1",
+    "{d}|bf16|2d|n32|g96|c96|k96|in112x112|f3x3|s2x2|d1x1|pb1x1|pe1x1",
+)
+#: 3x3 backward-weight tiles (block_w, block_n, warps) of 2 and 4 elements per thread: ``default``'s
+#: hold 8 (165 registers, 3 programs per SM on the H200 under Nsight Compute, session 9).
+LEAN_WEIGHT_TILES = ((32, 32, 8), (16, 32, 4), (16, 64, 8), (32, 16, 4), (8, 64, 4), (16, 16, 2), (64, 16, 8),
+                     (8, 32, 2), (16, 32, 8), (8, 64, 8), (32, 16, 8))
+
+
+def _dw_weight_lean_configs(problem: ConvProblem):
+    """default's 3x3 backward-weight tiles and the lean ones, plain and prefetching, 16-128 splits."""
+    for bw, bn, warps in DWROLL_WEIGHT_TILES[3] + LEAN_WEIGHT_TILES:
+        for stages in (1, 2):
+            for sk in (16, 32, 64, 128):
+                yield KernelConfig(problem.direction, problem.dtype, 2, Family.DWROLL, bw, bn, 3, warps, stages, 1,
+                                   sk, 1, 8, False)
 
 
 # ---------------------------------------------------------------------------------------- grouped_fwd
@@ -352,6 +382,10 @@ class Probe:
     def dw_weight(self) -> None:
         self.sweep("dw_weight", [ConvProblem.from_key(k.format(d="bwd_weight")) for k in DW_PROBLEMS],
                    _dw_weight_configs)
+
+    def dw_weight_lean(self) -> None:
+        self.sweep("dw_weight_lean", [ConvProblem.from_key(k.format(d="bwd_weight")) for k in E2E_DW3_PROBLEMS],
+                   _dw_weight_lean_configs)
 
     def grouped_fwd(self) -> None:
         problems = [ConvProblem.from_key(k) for k in GROUPED_FWD_PROBLEMS]
