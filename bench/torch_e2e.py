@@ -7,6 +7,7 @@ shape) on the faster of ours and cuDNN, timed on its first call).
     python bench/torch_e2e.py --models mobilenet_v2 --batches 32,128 --out-dir /tmp/e2e
     TILEDISPATCH_REGISTRY_DIR=~/.tiledispatch/registry python bench/torch_e2e.py   # compiled kernels
     python bench/torch_e2e.py --target 127.0.0.1:50051  # selection by a running service
+    python bench/torch_e2e.py --cuda-graph --models mobilenet_v2 --batches 32   # + CUDA-graph replays
 
 Per model and batch size, bf16, channels-last (``--memory-format contiguous`` to change), random
 weights (nothing downloaded; models in ``tests/integrations/models.py``):
@@ -30,13 +31,41 @@ weights (nothing downloaded; models in ``tests/integrations/models.py``):
   below the wall time the step waits on the host), kernel ms by kind (ours / cuDNN-cuBLAS convolutions
   and GEMMs / copies and layout changes / other) and the 12 kernels taking most time.
 
+``--cuda-graph`` (the default is eager only) adds, after the eager figures of each case, what a
+CUDA-graph training loop sees: eager steps of small batches are host-bound (the GPU waits for the
+Python that launches the next kernel), a graph replay launches no Python, so its time is the
+device's alone (kernels, and the gaps between them inside the graph):
+
+* per run (cuDNN; the swapped model under ``ours``; under ``fastest``) its own graphs, since the
+  policy decides which kernels a capture records: the training step (grads zeroed in the graph by one
+  ``torch._foreach_zero_`` over the existing ``.grad`` tensors, i.e. ``zero_grad(set_to_none=False)``,
+  so every replay writes the same gradient tensors; forward; cross-entropy; backward) and the forward
+  step (eval, ``inference_mode``), on the same static input and labels as the eager steps;
+* the standard whole-network recipe: ``max(2, --warmup)`` eager steps on a side stream first (cuDNN's
+  benchmark, our kernels' selection and JIT compiles, the ``.grad`` allocations happen there, and under
+  ``fastest`` every decision is already made by the eager part and kept: the count of problems still
+  undecided at capture is reported and should be 0), then ``torch.cuda.graph`` on that stream; all of
+  a case's graphs share one memory pool (captured one after another and replayed one at a time on one
+  stream, each replay reading only tensors from outside the pool: parameters, their ``.grad``,
+  batch-norm buffers, input and labels);
+* timing: CUDA events around ``--steps`` back-to-back replays in ``--rounds`` rounds alternating
+  cuDNN, ours and fastest (as in eager mode); median and min per replay, speedup = cuDNN's replay
+  over the swapped model's;
+* also reported: how many of our kernel calls each capture recorded (proof that the graph runs ours),
+  each run's eager-over-graph time ratio (its host-bound share), and how many ``fastest`` decisions
+  (made on device + host time per call) device time alone would reverse: replays pay no host time;
+* a capture that fails is recorded with its exception text for that run and step (the other runs
+  and cases go on); a case whose graph part fails keeps its eager figures.
+
 Writes ``<out-dir>/torch_e2e.json`` and ``torch_e2e.md`` (default out-dir:
-``bench/results/<UTC date>_<gpu>``).
+``bench/results/<UTC date>_<gpu>``); with ``--cuda-graph`` the markdown has a separate table,
+"CUDA-graph replay (device-bound)".
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import datetime as dt
 import json
@@ -120,9 +149,171 @@ def _measure(steps: dict, models, train: bool, args) -> dict:
     for _ in range(args.rounds):
         for label, step in steps.items():
             times[label].append(_time_ms(step, args.steps))
-    out = {k: {"median_ms": statistics.median(v), "min_ms": min(v), "rounds_ms": v} for k, v in times.items()}
-    out["speedup"] = out["cudnn"]["median_ms"] / out["ours"]["median_ms"]
-    out["speedup_fastest"] = out["cudnn"]["median_ms"] / out["fastest"]["median_ms"]
+    return summarize(times)
+
+
+def summarize(times: dict[str, list[float]]) -> dict:
+    """Per run (label -> per-step ms of each round): median, min and the rounds; ``speedup`` (cuDNN's
+    median over ours) and ``speedup_fastest`` (over fastest's), None where either run is missing (a
+    CUDA-graph capture that failed)."""
+    out: dict = {k: {"median_ms": statistics.median(v), "min_ms": min(v), "rounds_ms": list(v)}
+                 for k, v in times.items() if v}
+    out["speedup"] = speedup(out, "ours")
+    out["speedup_fastest"] = speedup(out, "fastest")
+    return out
+
+
+def speedup(summary: dict, label: str) -> float | None:
+    """cuDNN's median step time over ``label``'s (> 1: the swapped model is faster); None when
+    either was not measured."""
+    if "cudnn" not in summary or label not in summary or summary[label]["median_ms"] <= 0:
+        return None
+    return summary["cudnn"]["median_ms"] / summary[label]["median_ms"]
+
+
+# ---- CUDA-graph mode (--cuda-graph) ------------------------------------------------------------------------
+GRAPH_RUNS = ("cudnn", *POLICIES)  # one set of graphs per run: the policy decides what a capture records
+STEP_KINDS = ("train", "forward")
+
+
+def _graph_steps(model, x, labels) -> dict:
+    """The steps ``--cuda-graph`` captures, on the static ``x`` and ``labels``; each returns its output
+    (kept alive while the graph replays). Training: the grads are zeroed in the graph (one multi-tensor
+    kernel over the existing ``.grad`` tensors, ``zero_grad(set_to_none=False)``'s effect) so that
+    every replay writes the same gradient tensors; ``set_to_none`` would free them under the graph."""
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def train():
+        grads = [p.grad for p in params if p.grad is not None]  # all of them from the 2nd warm-up step on
+        if grads:
+            torch._foreach_zero_(grads)
+        loss = F.cross_entropy(model(x).float(), labels)
+        loss.backward()
+        # detached: the kept output must not hold the step's autograd nodes (their AccumulateGrad
+        # nodes, bound to the capture stream, would serve the next steps' backward on the parameters)
+        return loss.detach()
+
+    def forward():
+        with torch.inference_mode():
+            return model(x)
+
+    return {"train": train, "forward": forward}
+
+
+@contextlib.contextmanager
+def _counting_our_calls(runtime):
+    """Counts the runtime's launches of our kernels inside the block (``counts["calls"]``): during a
+    capture, the calls of ours the graph records (only the capture pays the wrapper)."""
+    counts = {"calls": 0}
+    launch = runtime._launch
+
+    def counting(entry, first, second):
+        counts["calls"] += 1
+        return launch(entry, first, second)
+
+    runtime._launch = counting
+    try:
+        yield counts
+    finally:
+        del runtime._launch  # the class's method again
+
+
+def _warm_up(step, stream, steps: int) -> None:
+    """The standard whole-network recipe's first half: ``steps`` calls of ``step`` on ``stream`` (a side
+    stream), where cuDNN's benchmark, our selection, compiles and ``fastest`` decisions and the
+    ``.grad`` allocations happen, outside any capture."""
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(steps):
+            step()
+    stream.synchronize()
+
+
+def _capture(step, stream, pool):
+    """The recipe's second half: ``step`` captured on ``stream`` (the warm-up's) into a new graph drawing
+    on ``pool``. Returns (graph, the output ``step`` returned while captured)."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool, stream=stream):
+        out = step()
+    torch.cuda.current_stream().wait_stream(stream)
+    return graph, out
+
+
+def _graph_mode(cudnn, ours, x, labels, eager: dict, args) -> dict:
+    """``--cuda-graph`` for one case: capture each run's training and forward steps, time their
+    replays in alternating rounds (see the module docstring). ``eager``: the case's eager result."""
+    runtime = get_runtime()
+    stream, pool = torch.cuda.Stream(), torch.cuda.graph_pool_handle()
+    warmup = max(2, args.warmup)
+    graphs: dict[str, dict] = {kind: {} for kind in STEP_KINDS}
+    outputs = []  # static outputs: kept alive, so a later capture sharing the pool never takes their memory
+    errors: dict[str, str] = {}
+    our_calls: dict[str, dict[str, int]] = {}
+    for label in GRAPH_RUNS:
+        model = cudnn if label == "cudnn" else ours
+        steps = _graph_steps(model, x, labels)
+        for kind in STEP_KINDS:
+            model.train(kind == "train")
+            if label != "cudnn":
+                runtime.policy = label  # before the warm-up: the capture records this policy's kernels
+            previous = torch.cuda.current_stream()
+            try:
+                _warm_up(steps[kind], stream, warmup)
+                with _counting_our_calls(runtime) as counts:
+                    graph, out = _capture(steps[kind], stream, pool)
+                graphs[kind][label] = graph
+                outputs.append(out)
+                our_calls.setdefault(label, {})[kind] = counts["calls"]
+            except Exception as error:  # noqa: BLE001 - recorded per run; the other runs and cases go on
+                errors[f"{label} {kind}"] = f"{type(error).__name__}: {error}"
+                with contextlib.suppress(Exception):
+                    torch.cuda.set_stream(previous)  # graph.__exit__ may not have restored it
+                    torch.cuda.synchronize()
+    result: dict = {"warmup_steps": warmup, "errors": errors, "our_calls_captured": our_calls,
+                    "undecided_problems": sum(e.decision is None for e in runtime.entries()),
+                    "device_only_flips": device_only_flips(dispatch_report())}
+    for kind in STEP_KINDS:
+        result[kind] = _measure_replays(graphs[kind], args) if graphs[kind] else {}
+    result["eager_over_graph"] = eager_over_graph(eager, result)
+    del outputs
+    return result
+
+
+def _measure_replays(graphs: dict, args) -> dict:
+    """Replays of each captured graph (label -> graph; cuDNN first) in alternating rounds, as
+    :func:`_measure` times eager steps: ``--warmup`` replays each, then per round ``--steps``
+    back-to-back replays of each between CUDA events; :func:`summarize`'s figures per replay."""
+    for _ in range(args.warmup):
+        for graph in graphs.values():
+            graph.replay()
+    torch.cuda.synchronize()
+    times: dict[str, list[float]] = {label: [] for label in graphs}
+    for _ in range(args.rounds):
+        for label, graph in graphs.items():
+            times[label].append(_time_ms(graph.replay, args.steps))
+    return summarize(times)
+
+
+def device_only_flips(report: list[dict]) -> dict[str, int]:
+    """How many ``fastest`` decisions (made on device + host time per call) device time alone would
+    reverse, by where they would go: a graph replay pays no host time, so these problems replay on the
+    implementation that is slower on the device (ties go to ours, as in the decisions)."""
+    flips = {"to_ours": 0, "to_pytorch": 0}
+    for r in report:
+        device_choice = "ours" if r["ours_ms"] <= r["pytorch_ms"] else "pytorch"
+        if device_choice != r["impl"]:
+            flips[f"to_{device_choice}"] += 1
+    return flips
+
+
+def eager_over_graph(eager: dict, graph: dict) -> dict[str, dict[str, float]]:
+    """Per step kind and run, the eager step's median time over the graph replay's (> 1: the eager
+    step waited on the host for that share), for the runs measured both ways."""
+    out: dict[str, dict[str, float]] = {}
+    for kind in STEP_KINDS:
+        replays, steps = graph.get(kind) or {}, eager.get(kind) or {}
+        out[kind] = {label: steps[label]["median_ms"] / replays[label]["median_ms"] for label in GRAPH_RUNS
+                     if label in steps and label in replays and replays[label]["median_ms"] > 0}
     return out
 
 
@@ -273,6 +464,11 @@ def run_case(name: str, batch: int, args) -> dict:
         step()
         torch.cuda.synchronize()
         result["train"][label]["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    if args.cuda_graph:  # last: nothing eager runs on these models once graphs write their .grad tensors
+        try:
+            result["graph"] = _graph_mode(cudnn, ours, x, labels, result, args)
+        except Exception as error:  # noqa: BLE001 - the case keeps its eager figures
+            result["graph"] = {"error": f"{type(error).__name__}: {error}"}
     return result
 
 
@@ -289,7 +485,79 @@ def _markdown(report: dict) -> str:
     if results:
         worst = min(min(r["forward"]["speedup_fastest"], r["train"]["speedup_fastest"]) for r in results)
         lines += ["", f"Lowest speedup under `fastest` (forward or training, any model and batch): {worst:.2f}."]
+    lines += graph_table(results)
     return "\n".join(lines) + "\n"
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
+
+
+def _cell(text: str, limit: int = 160) -> str:
+    """``text`` fit for one markdown table cell: one line, no pipes, at most ``limit`` characters."""
+    text = " ".join(str(text).split()).replace("|", "/")
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def graph_table(results: list[dict]) -> list[str]:
+    """The ``--cuda-graph`` section of the markdown (nothing when no result has graph figures)."""
+    rows = [r for r in results if "graph" in r]
+    if not rows:
+        return []
+    lines = ["", "## CUDA-graph replay (device-bound)", "",
+             "Each run's training step (grads zeroed in the graph, forward, cross-entropy, backward) and forward "
+             "step (eval, inference mode) captured once with `torch.cuda.graph` after eager warm-up steps on the "
+             "capture stream (cuDNN's benchmark, our selection and `fastest` decisions, allocations: all before the "
+             "capture), then replayed: CUDA events around back-to-back replays, median of the same alternating "
+             "rounds as above. A replay runs no Python: these are device times, what a CUDA-graph training loop "
+             "sees (the eager table includes the host's launch cost wherever the GPU waited on it). Each run "
+             "replays its own graphs; `fastest` replays the decisions made in eager mode on device + host time "
+             "per call. Speedup = cuDNN's replay time / the swapped model's (> 1: faster than cuDNN). "
+             "Eager / graph: the eager step's time over the replay's (its host-bound share). Our calls captured: "
+             "our kernel calls each training graph recorded (ours / fastest). Device-only flips: `fastest` "
+             "decisions that device time alone would reverse (to ours / to cuDNN).", "",
+             "| model | batch | fwd cuDNN ms | fwd ours ms | fwd fastest ms | fwd speedup ours | fwd speedup fastest "
+             "| train cuDNN ms | train ours ms | train fastest ms | train speedup ours | train speedup fastest "
+             "| train eager / graph (cuDNN, ours, fastest) | our calls captured | device-only flips | notes |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        g = r["graph"]
+        if "error" in g:
+            lines.append(f"| {r['model']} | {r['batch']} |" + " |" * 13 + f" {_cell(g['error'])} |")
+            continue
+        cells = []
+        for kind in ("forward", "train"):
+            m = g.get(kind) or {}
+            cells += [_ms(m[label]["median_ms"] if label in m else None) for label in GRAPH_RUNS]
+            cells += [_ms(m.get("speedup")), _ms(m.get("speedup_fastest"))]
+        ratios = g.get("eager_over_graph", {}).get("train", {})
+        cells.append(" / ".join(_ms(ratios.get(label)) for label in GRAPH_RUNS))
+        calls = g.get("our_calls_captured", {})
+        cells.append(" / ".join(str(calls[p]["train"]) if "train" in calls.get(p, {}) else "—" for p in POLICIES))
+        flips = g.get("device_only_flips", {})
+        cells.append(f"{flips.get('to_ours', 0)} / {flips.get('to_pytorch', 0)}")
+        notes = [f"{where}: {error}" for where, error in g.get("errors", {}).items()]
+        if g.get("undecided_problems"):
+            notes.append(f"{g['undecided_problems']} problems undecided at capture")
+        cells.append(_cell("; ".join(notes)))
+        lines.append(f"| {r['model']} | {r['batch']} | " + " | ".join(cells) + " |")
+    grouped = [r for r in rows if r["mostly_grouped"] and "error" not in r["graph"]]
+    if grouped:
+        met = {p: sum((r["graph"].get("train", {}).get(_speedup_key(p)) or 0) > 1 for r in grouped) for p in POLICIES}
+        lines += ["", "Target under CUDA graphs (training replay faster than cuDNN's on every mostly-grouped/depthwise "
+                  "model and batch): " + ", ".join(f"{p}: {met[p]} of {len(grouped)} met" for p in POLICIES) + "."]
+    return lines
+
+
+def graph_summary(graph: dict) -> str:
+    """One line of a case's ``--cuda-graph`` figures (the console's)."""
+    if "error" in graph:
+        return graph["error"]
+    parts = [f"{kind} replay speedup ours / fastest {_ms((graph.get(kind) or {}).get('speedup'))} / "
+             f"{_ms((graph.get(kind) or {}).get('speedup_fastest'))}" for kind in ("forward", "train")]
+    if graph.get("errors"):
+        parts.append("capture failed: " + "; ".join(f"{k}: {_cell(v, 200)}" for k, v in graph["errors"].items()))
+    return ", ".join(parts)
 
 
 def _speedup_key(policy: str) -> str:
@@ -405,6 +673,8 @@ def main() -> None:
                         "none: JIT)")
     parser.add_argument("--out-dir", type=Path, default=None)
     parser.add_argument("--profile", action="store_true", help="also profile each run's training steps (CUPTI)")
+    parser.add_argument("--cuda-graph", action="store_true", help="also capture each run's training and forward "
+                        "steps with torch.cuda.graph and time their replays (device-bound; see the docstring)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("torch_e2e: needs a CUDA GPU")
@@ -422,6 +692,7 @@ def main() -> None:
                         "python": platform.python_version(), "git_commit": git_commit(),
                         "date": date.isoformat(timespec="seconds")},
         "settings": {"steps": args.steps, "rounds": args.rounds, "warmup": args.warmup, "profile": args.profile,
+                     "cuda_graph": args.cuda_graph,
                      "memory_format": args.memory_format, "policies": list(POLICIES), "timer": repr(runtime.timer),
                      "kernels": f"compiled registry {runtime.registry_dir}" if runtime._registry is not None else "JIT",
                      "selection": (f"remote {selector.target} (local fallback)" if selector.mode == "remote"
@@ -448,6 +719,8 @@ def main() -> None:
                 print(f"  speedup ours / fastest: forward {f['speedup']:.2f} / {f['speedup_fastest']:.2f}, "
                       f"training step {t['speedup']:.2f} / {t['speedup_fastest']:.2f}; problems to ours "
                       f"{d['to_ours']}, to cuDNN {d['to_pytorch']}", flush=True)
+                if "graph" in result:
+                    print(f"  CUDA graphs: {graph_summary(result['graph'])}", flush=True)
             (out_dir / "torch_e2e.json").write_text(json.dumps(report, indent=1))
             (out_dir / "torch_e2e.md").write_text(_markdown(report))
     print(f"wrote {out_dir / 'torch_e2e.json'} and {out_dir / 'torch_e2e.md'}")

@@ -16,6 +16,11 @@ Both run under the ``ours`` policy (every swapped convolution on our kernels); a
 under ``fastest`` (each problem on the faster of ours and cuDNN, timed on its first call) and checks
 that every problem was decided.
 
+CUDA graphs: a small net's training step (a depthwise and a grouped conv swapped), captured with
+``torch.cuda.graph`` after warm-up steps on a side stream under ``ours`` and ``fastest``, replayed on
+fresh data: output and every weight gradient against an eager step on the same data, and our kernels
+counted into the graph (``test_captured_training_step_replays_like_eager``).
+
 Run: ``pytest -m gpu tests/integrations/test_torch_gpu.py -v -s`` (skips cleanly without CUDA or
 torchvision). Kernels are JIT-compiled on first use unless ``TILEDISPATCH_REGISTRY_DIR`` names a
 built registry (much faster: no compiles).
@@ -278,3 +283,136 @@ def test_fastest_decides_outside_cuda_graph_capture(runtime_factory):
     eager = tile_conv(x, w, None, 1, 1, 1, 64)
     assert [r["direction"] for r in dispatch_report()] == ["fwd"]
     assert _rel(eager, expected) <= LIMIT
+
+
+# ---- a training step captured into a CUDA graph ----------------------------------------------------------------
+def _graph_net():
+    """A small bf16 net for capture: a dense stem and a 1×1 head (cuDNN, not swapped) around a depthwise
+    and a grouped conv (swapped). The loss is per pixel, so every output and gradient depends on the
+    input: a kernel left out of the graph (run once at capture, not on replay) could not match an eager
+    step on fresh data."""
+    from collections import OrderedDict
+
+    nn = torch.nn
+    return nn.Sequential(OrderedDict([
+        ("stem", nn.Conv2d(16, 32, 3, padding=1, bias=False)),
+        ("act1", nn.ReLU()),
+        ("depthwise", nn.Conv2d(32, 32, 3, padding=1, groups=32, bias=False)),
+        ("act2", nn.ReLU()),
+        ("grouped", nn.Conv2d(32, 64, 3, stride=2, padding=1, groups=4)),  # C/G = 8, with bias
+        ("act3", nn.ReLU()),
+        ("head", nn.Conv2d(64, 10, 1)),
+    ]))
+
+
+class _AlternatingTimer:
+    """``fastest``'s timer for the capture test: both sides timed as by the default timer (its
+    synchronized events, on the warm-up's side stream), then ours made the winner of every other
+    decision (``decide`` times ours first, then PyTorch's), so that the captured step mixes both
+    implementations whatever the GPU: in decision order depthwise fwd ours, grouped fwd cuDNN,
+    grouped bwd_data ours, grouped bwd_weight cuDNN, depthwise bwd_data ours, depthwise bwd_weight
+    cuDNN (each layer split between the two inside its autograd Function)."""
+
+    def __init__(self):
+        from tiledispatch.integrations.torch import EventTimer
+
+        self.real, self.calls = EventTimer(), 0
+
+    def __call__(self, run, device):
+        from tiledispatch.integrations.torch import Timing
+
+        self.real(run, device)
+        decision, side = divmod(self.calls, 2)
+        self.calls += 1
+        ours_wins = decision % 2 == 0
+        return Timing(1.0 if (side == 0) == ours_wins else 2.0)
+
+
+@pytest.mark.parametrize("policy", ["ours", "fastest"])
+def test_captured_training_step_replays_like_eager(policy, runtime_factory, monkeypatch):
+    """The standard whole-network capture of a training step (warm-up steps on a side stream, where
+    kernels are selected and compiled and ``fastest`` decides; then ``torch.cuda.graph``), replayed
+    twice with fresh data copied into the static input and labels: each replay's output and every
+    weight gradient match an eager step on the same data (DESIGN §4's bf16 limit), the capture
+    recorded one call of ours per problem that runs ours (counted as they are launched on the
+    capturing stream; the eager steps run the same ones), and nothing is selected or decided after
+    the warm-up."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from tiledispatch.integrations.torch import dispatch_report, swap_convs, swapped_convs
+
+    F = torch.nn.functional
+    runtime = runtime_factory(policy=policy, timer=_AlternatingTimer() if policy == "fastest" else None)
+    cl = torch.channels_last
+    torch.manual_seed(0)
+    model = swap_convs(_graph_net().cuda().to(torch.bfloat16, memory_format=cl)).train()
+    assert swapped_convs(model) == ["depthwise", "grouped"]
+    params = dict(model.named_parameters())
+    batch = 8
+    static_x = torch.randn(batch, 16, 24, 24, device="cuda").to(torch.bfloat16).contiguous(memory_format=cl)
+    static_labels = torch.randint(0, 10, (batch, 12, 12), device="cuda")
+
+    def step():
+        grads = [p.grad for p in params.values() if p.grad is not None]
+        if grads:  # zero_grad(set_to_none=False) in one kernel: the graph keeps writing these .grad tensors
+            torch._foreach_zero_(grads)
+        out = model(static_x)
+        F.cross_entropy(out.float(), static_labels).backward()
+        return out.detach()  # (not holding the step's autograd nodes, bound to the stream they ran on)
+
+    launches = {"captured": 0, "eager": 0}
+    launch = runtime._launch
+
+    def counting(entry, first, second):  # in backward too: autograd runs it on its forward's stream
+        launches["captured" if torch.cuda.is_current_stream_capturing() else "eager"] += 1
+        return launch(entry, first, second)
+
+    monkeypatch.setattr(runtime, "_launch", counting)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    side.synchronize()
+    problems = {e.problem.key for e in runtime.entries()}
+    assert len(problems) == 6  # 2 swapped layers x 3 directions
+    report = dispatch_report()
+    if policy == "fastest":
+        impl = {r["problem"]: r["impl"] for r in report}
+        assert set(impl) == problems, "a problem was left undecided for the capture"
+        ours_calls = sum(i == "ours" for i in impl.values())
+        assert ours_calls == 3, impl
+    else:
+        assert not report
+        ours_calls = 6
+    lookups = runtime.selector.stats.cached
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        static_out = step()
+    torch.cuda.current_stream().wait_stream(side)
+    assert launches["captured"] == ours_calls  # our kernels are in the graph, once per problem of ours
+    assert runtime.selector.stats.cached - lookups == 6  # every swapped call went through its cached route
+    assert len(runtime.entries()) == 6 and dispatch_report() == report
+
+    generator = torch.Generator(device="cuda").manual_seed(1)
+    previous = None
+    for _ in range(2):
+        static_x.copy_(torch.randn(static_x.shape, device="cuda", generator=generator).to(torch.bfloat16))
+        static_labels.copy_(torch.randint(0, 10, static_labels.shape, device="cuda", generator=generator))
+        graph.replay()
+        torch.cuda.synchronize()
+        replayed = {"output": static_out.clone(), **{f"grad {n}": p.grad.clone() for n, p in params.items()}}
+        before = launches["eager"]
+        eager_out = step()  # the same data, eagerly
+        torch.cuda.synchronize()
+        assert launches["eager"] - before == ours_calls
+        eager = {"output": eager_out, **{f"grad {n}": p.grad for n, p in params.items()}}
+        errors = {k: _rel(replayed[k], eager[k]) for k in eager}
+        print(f"\n{policy}: replay vs eager, worst relative error {max(errors.values()):.3g}")
+        bad = {k: e for k, e in errors.items() if not e <= LIMIT}
+        assert not bad, f"replay vs eager beyond {LIMIT}: {bad}"
+        if previous is not None:  # fresh data, fresh result: the replay read the new input
+            assert _rel(replayed["output"], previous) > 10 * LIMIT
+        previous = replayed["output"]
+    assert launches["captured"] == ours_calls  # replays call no Python
+    assert dispatch_report() == report and len(runtime.entries()) == 6

@@ -26,6 +26,19 @@ are derived from the entries and dropped whenever an entry changes (:class:`_Ent
 policy, ``cpu`` or ``dtypes`` is set; a miss takes the full path (:meth:`Runtime._dispatch`), which
 fills them again. Each such change bumps the entries' ``generation``, which is also what bounds the
 life of a TileConv's resolved calls (:mod:`.torch`: the module's own fast path, before the runtime).
+
+CUDA graphs: a call whose problem is already known is capture-safe, and must stay so. Its output,
+workspace and any aligned channels-last copy come from PyTorch's caching allocator (``torch.empty``,
+``contiguous``, ``clone``) on the current stream, which is a capture's private pool, as does the
+scratch of the ``tma`` family's device-side descriptors; nothing on the path synchronizes with the
+host (no ``.item()``, ``.cpu()``, events or ``synchronize``); the launch reads the current stream at
+the call (a plan keeps ``binary[grid]``, whose Triton runner looks the stream up per call, and data
+pointers are bound per call: a plan holds no tensor, pointer or stream). The routes, decisions and
+policy are host state read while capturing only: a replay re-runs the kernels the capture recorded,
+whatever changes later. What is not capture-safe is a problem's first call (selection, loading or
+JIT-compiling its kernel and, under ``fastest``, timing both sides, which is skipped while
+capturing: see :mod:`.torch_dispatch`): run warm-up steps before capturing, as
+``bench/torch_e2e.py --cuda-graph`` and the GPU test ``test_captured_training_step_replays_like_eager`` do.
 """
 
 from __future__ import annotations
