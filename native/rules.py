@@ -165,10 +165,12 @@ DWROLL_DATA_TILES = {3: ((8, 64, 2), (16, 64, 4), (32, 64, 4), (32, 32, 4), (64,
 DWROLL_WEIGHT_TILES = {3: ((8, 64, 2), (16, 64, 4), (16, 32, 2), (32, 32, 4), (32, 64, 8)),
                        5: ((8, 16, 1), (16, 16, 2), (16, 32, 4), (32, 16, 4)),
                        7: ((8, 16, 2), (16, 16, 4), (32, 16, 8))}
-#: 3x3 backward-weight tiles of 2-4 elements per thread, prefetching only (num_stages 2 won on every layer
+#: 3x3 backward-weight tile of 4 elements per thread, prefetching only (num_stages 2 won on every layer
 #: measured): fewer accumulator registers than DWROLL_WEIGHT_TILES' 8 elements (165 registers, 3 programs per
-#: SM under Nsight Compute, session 9), so more programs hide the walk's load latency.
-DWROLL_LEAN_WEIGHT_TILES = ((16, 16, 2), (32, 16, 4), (16, 32, 4), (64, 16, 8), (8, 32, 2))
+#: SM under Nsight Compute, session 9), so more programs hide the walk's load latency (101 registers). The
+#: 2- and 4-warp tiles of 4 elements (16x16, 32x16, 16x32, 8x32, 8x64) were as fast or a little faster in the
+#: probe (JIT-compiled) but their 2D registry binaries spill (ptxas, sm_90: 96 registers + 8 bytes of stack).
+DWROLL_LEAN_WEIGHT_TILES = ((64, 16, 8),)
 #: With loads one row ahead (num_stages 2), forward / backward-data: the raw next row costs F_H/2
 #: registers per element, so 5x5 and 7x7 keep 8 elements per thread; 3x3 adds tall narrow strips
 #: (H200 dev suite of 7707798: 64x32 was the best plain tile on every depthwise problem, 2.2-3.1x
