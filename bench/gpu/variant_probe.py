@@ -13,6 +13,8 @@ Sections:
 * ``dw_weight``: dwroll backward-weight at more splits than ``default`` has.
 * ``dw_weight_lean``: 3×3 backward-weight dwroll tiles of 2 and 4 elements per thread beside ``default``'s
   (8), plain and prefetching, 16–128 splits, on the PyTorch e2e models' depthwise layers.
+* ``dw_data_lean``: 3×3 forward / backward-data dwroll tiles of 4–8 elements per thread on 8 warps beside
+  ``default``'s, plain and prefetching, on the same layers.
 * ``grouped_fwd``: gmerge forward tiles outside ``default``, and ``_gmerge_fwd_persistent_kernel``: the
   gmerge program as a persistent loop over output tiles flattened into one software pipeline
   (``tl.range(flatten=True)``, ± warp specialisation).
@@ -120,6 +122,20 @@ def _dw_weight_lean_configs(problem: ConvProblem):
             for sk in (16, 32, 64, 128):
                 yield KernelConfig(problem.direction, problem.dtype, 2, Family.DWROLL, bw, bn, 3, warps, stages, 1,
                                    sk, 1, 8, False)
+
+#: 3x3 forward / backward-data tiles (block_w, block_n, warps) of 4-8 elements per thread on 8 warps (the 2D
+#: walk holds its nine weights in registers at <= 8), beside ``default``'s.
+LEAN_DATA_TILES = ((64, 16, 8), (32, 32, 8), (16, 64, 8), (64, 32, 8), (32, 64, 8), (128, 16, 8), (16, 32, 4),
+                   (32, 16, 4))
+
+
+def _dw_data_lean_configs(problem: ConvProblem):
+    """default's 3x3 forward / backward-data tiles (plain and prefetching) and the lean ones, both ways."""
+    tiles = set(DWROLL_DATA_TILES[3]) | set(DWROLL_PREFETCH_DATA_TILES[3]) | set(LEAN_DATA_TILES)
+    for bw, bn, warps in sorted(tiles):
+        for stages in (1, 2):
+            yield KernelConfig(problem.direction, problem.dtype, 2, Family.DWROLL, bw, bn, 3, warps, stages, 1, 1, 1, 8,
+                               False)
 
 
 # ---------------------------------------------------------------------------------------- grouped_fwd
@@ -386,6 +402,10 @@ class Probe:
     def dw_weight_lean(self) -> None:
         self.sweep("dw_weight_lean", [ConvProblem.from_key(k.format(d="bwd_weight")) for k in E2E_DW3_PROBLEMS],
                    _dw_weight_lean_configs)
+
+    def dw_data_lean(self) -> None:
+        problems = [ConvProblem.from_key(k.format(d=d)) for d in ("fwd", "bwd_data") for k in E2E_DW3_PROBLEMS]
+        self.sweep("dw_data_lean", problems, _dw_data_lean_configs)
 
     def grouped_fwd(self) -> None:
         problems = [ConvProblem.from_key(k) for k in GROUPED_FWD_PROBLEMS]
