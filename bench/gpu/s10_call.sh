@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Session 10 device calls (GPU machine, repo root): $1 = tests | dev | torch. Writes $OUT/results.tar.gz.
+# Each builds the default registry first (16 workers; a warm machine's second build does nothing).
+#   tests:   every kernel GPU test; the PyTorch e2e models' depthwise layers, backward-weight (every kernel + cuDNN).
+#   dev:     the dev suite (every kernel + cuDNN) and its report.
+#   torch:   registry build, the PyTorch integration's GPU tests, the e2e benchmark eager + CUDA graphs.
+# TILEDISPATCH_GIT_COMMIT must name the commit the tree is (the copied .git is stale).
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+WORK=/tmp/tdwork; REG=$WORK/registry; mkdir -p "$WORK/logs"
+for pair in native:native models:models server:server client:client v1:proto/tiledispatch/v1; do
+  ln -sfn "$PWD/${pair#*:}" "tiledispatch/${pair%%:*}"
+done
+export PYTHONPATH=$PWD TILEDISPATCH_SHARED_DIR=$PWD/.shared
+td() { python3 -m tiledispatch.cli "$@"; }
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c "import torch, triton; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version(), 'triton', triton.__version__)"; echo "commit $TILEDISPATCH_GIT_COMMIT"; } | tee "$WORK/logs/env.txt"
+start=$(date +%s)
+( time td registry build --rule-set default --arch sm_90 --workers "$(nproc)" --cache-dir "$REG" --allow-failures ) > "$WORK/logs/build_default.txt" 2>&1
+grep -v "^\s*\[" "$WORK/logs/build_default.txt" | tail -6
+case ${1:?tests, dev or torch} in
+  tests)
+    TILEDISPATCH_TEST_REGISTRY="$REG" timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_gpu.py > "$WORK/logs/gpu_tests_kernels.txt" 2>&1
+    tail -3 "$WORK/logs/gpu_tests_kernels.txt"
+    timeout 90 td bench --problems bench/problems/e2e_depthwise_n32_bwd_weight.json --direction bwd_weight --cache-dir "$REG" --out "$WORK/e2e_shapes_bwd_weight" > "$WORK/logs/bench_e2e_shapes.txt" 2>&1; echo "e2e shapes rc $?"
+    ;;
+  dev)
+    timeout 450 td bench --problems "$TILEDISPATCH_SHARED_DIR/bench/dev_suite.json" --cache-dir "$REG" --out "$WORK/dev_suite" > "$WORK/logs/bench_dev.txt" 2>&1; echo "dev rc $?"; tail -2 "$WORK/logs/bench_dev.txt"
+    python3 bench/report.py "$WORK/dev_suite" --out "$WORK/report_dev_suite" --title "Dev suite: tiledispatch vs cuDNN (bf16)" 2>&1 | tail -2
+    grep -A9 "^## Targets" "$WORK/report_dev_suite/report.md"
+    ;;
+  torch)
+    TILEDISPATCH_REGISTRY_DIR="$REG" timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/integrations/test_torch_gpu.py > "$WORK/logs/gpu_tests_torch.txt" 2>&1; tail -3 "$WORK/logs/gpu_tests_torch.txt"
+    TILEDISPATCH_REGISTRY_DIR="$REG" timeout $(( 560 - ($(date +%s) - start) )) python3 bench/torch_e2e.py --cuda-graph --models mobilenet_v2,convnext_tiny,resnext50_32x4d --batches ${BATCHES:-32,128} --steps 10 --rounds 5 --out-dir "$WORK/torch_e2e" > "$WORK/logs/torch_e2e.txt" 2>&1; echo "e2e rc $?"; tail -12 "$WORK/logs/torch_e2e.txt"
+    ;;
+esac
+tar -czf "$OUT/results.tar.gz" -C "$WORK" --exclude=registry . 2>/dev/null
+echo "elapsed $(( $(date +%s) - start )) s"
