@@ -12,8 +12,13 @@ Used where no trained model matches (arch, dtype, direction). For each candidate
   SMs in waves of ``SMs × CTAs per SM`` (occupancy from shared memory, registers and warps), so a
   grid of 133 CTAs on 132 SMs costs two waves;
 * memory time: every operand read once and the result written once (DESIGN §3), at the arch's
-  bandwidth (lower for unvectorised kernels), plus split-K's fp32 partials written and read back;
+  bandwidth (lower for unvectorised kernels), plus split-K's fp32 partials written and read back
+  (``split_k`` copies of the result: dW in backward-weight, Y or dX in forward / backward-data);
 * launches: one, plus the split-K reduction.
+
+Split-K is modelled the same way in every direction: ``split_k`` times the CTAs, each running its
+share (rounded up) of the reduction — backward-weight's N·prod(out) positions, forward and
+backward-data's (filter tap × channel block) steps.
 
 Families are looked up by name (:data:`FAMILY_CODES`), never by their position in
 :class:`~tiledispatch.native.configs.Family`. ``tma`` (an implicit GEMM whose operand tiles are TMA
@@ -78,6 +83,13 @@ _COLUMNS = ("family", "block_m", "block_n", "block_k", "num_warps", "num_stages"
 
 def _cdiv(a, b):
     return -(-a // b)
+
+
+def result_elements(problem: ConvProblem) -> int:
+    """Elements of the direction's result (dW, Y or dX): one split-K partial copy."""
+    if problem.direction is Direction.BACKWARD_WEIGHT:
+        return problem.weight_elements
+    return problem.output_elements if problem.direction is Direction.FORWARD else problem.input_elements
 
 
 def family_code(family: Family | str) -> int:
@@ -151,11 +163,13 @@ class AnalyticPredictor:
             k_executed = _cdiv(out_positions, split * bk) * bk
             tc_ctas = tiles * group_tiles * split
         else:
+            # M = positions, N = merged output channels, K = taps × merged reduction channels in BLOCK_K
+            # steps, split `split` ways (contiguous ranges of steps).
             rows, cols, reduce = ((out_positions, kg, cg) if p.direction is Direction.FORWARD
                                   else (in_positions, cg, kg))
             tiles = _cdiv(rows, bm) * _cdiv(merge * cols, bn)
-            k_executed = taps * _cdiv(merge * reduce, bk) * bk
-            tc_ctas = tiles * group_tiles
+            k_executed = _cdiv(taps * _cdiv(merge * reduce, bk), split) * bk
+            tc_ctas = tiles * group_tiles * split
         tc_cta_flops = 2.0 * bm * bn * k_executed
 
         # Direct: block_m positions × block_n channels per CTA, every output a dot over C/G·taps
@@ -193,8 +207,8 @@ class AnalyticPredictor:
 
         bandwidth = spec.memory_bandwidth_gbs * 1e9 * np.where(t["vec"] == 8, BANDWIDTH_EFFICIENCY_V8,
                                                                 BANDWIDTH_EFFICIENCY_SCALAR)
-        # Split-K partials: fp32, one copy per split, written then read by the reduction.
-        workspace = np.where(split > 1, 2.0 * split * p.weight_elements * 4, 0.0)
+        # Split-K partials: fp32, one copy of the result per split, written then read by the reduction.
+        workspace = np.where(split > 1, 2.0 * split * result_elements(p) * 4, 0.0)
         # tma: the zero-padded copy of the input, written once and read once, by one more launch.
         copy_bytes = padded_copy_elements(p) * itemsize
         padded_copy = (t["family"] == _TMA) & (copy_bytes > 0)

@@ -327,8 +327,11 @@ class FeatureEngine:
         slots = self.spec.sms * per_sm
         waves = ctas / slots
         last_fill = ctas / (np.ceil(waves) * slots)
+        # Tensor-core steps per CTA: backward-weight's dim_k is already per split; forward / backward-data
+        # split their (tap, channel block) steps `split` ways (1 unless split-K).
         k_steps = np.where(direct, np.where(p.direction is Direction.BACKWARD_WEIGHT, _cdiv(dim_m, bm), 1),
-                           _cdiv(dim_k, bk) * np.where(p.direction is Direction.BACKWARD_WEIGHT, 1, taps))
+                           _cdiv(dim_k, bk) if p.direction is Direction.BACKWARD_WEIGHT
+                           else _cdiv(_cdiv(dim_k, bk) * taps, split))
         executed = ctas * cta_flops
         itemsize = p.dtype.itemsize
         cta_bytes = np.where(direct, (bm + bn) * itemsize * np.maximum(taps, 1),
@@ -420,11 +423,16 @@ class FeatureEngine:
                 tc_grid = np.where(is_1x1, _cdiv(in_pos, bm), classes * _cdiv(per_class, bm)) * _cdiv(
                     merge * cg, bn) * group_tiles
                 d_grid = _cdiv(per_class, bm) * _cdiv(p.in_channels, bn) * classes
-            grid = np.where(tc, tc_grid, np.where(direct, d_grid, grid))
-            k_blocks = _cdiv(merge * red, bk)
-            reduction = np.where(direct, red * taps, taps * k_blocks * bk)
-            steps = np.where(direct, red * taps, taps * k_blocks)
-            workspace = np.zeros(n_rows)
+            # Split-K (igemm, gmerge, gemm1x1; split 1 elsewhere): grid axis 2, a split owns a contiguous
+            # range of ceil(taps · ceil(merge · red / BLOCK_K) / split_k) (tap, channel block) steps.
+            grid = np.where(tc, tc_grid * split, np.where(direct, d_grid, grid))
+            total_steps = taps * _cdiv(merge * red, bk)
+            per_split = _cdiv(total_steps, split)
+            reduction = np.where(direct, red * taps, per_split * bk)
+            steps = np.where(direct, red * taps, per_split)
+            split_used = np.where(tc, _cdiv(total_steps, per_split) / split, split_used)
+            result = p.output_elements if fwd else p.input_elements
+            workspace = np.where(tc & (split > 1), split * float(result) * 4.0, 0.0)
         # dwroll.py: the rolling launch (its tap-major weight copy and split-K reduction are extra launches).
         dw_rows, dw = self._dwroll(p, table) if dwroll is None else dwroll
         if dw is not None:

@@ -30,8 +30,12 @@ dwroll     depthwise CUDA-core FMA rolling down the rows:   output columns × ch
            filter row from registers                        filter columns)
 =========  ===============================================  =========================================
 
-``split_k`` (backward-weight only) splits the reduction over N·prod(out) into that many parts
-written to an fp32 workspace and summed in a fixed order (deterministic, no atomics).
+``split_k`` splits the GEMM reduction into that many contiguous parts (a grid axis), each written to an
+fp32 workspace, then summed in a fixed order by one shared reduce (``kernels/split_reduce.py``;
+deterministic, no atomics): in backward-weight the N·prod(out) positions (every family but tma), in
+forward and backward-data the flattened (filter tap × channel block) loop of the tensor-core families
+igemm, gmerge and gemm1x1 (for small GEMM M, e.g. batch-1 inference, where the (m, n) tiles alone leave
+most SMs idle). direct, dwroll and tma kernels of the data directions do not split (split_k = 1).
 ``vec`` = 8 promises 16-byte-aligned channel runs (``is_supported`` checks the channel counts);
 ``index64`` computes element offsets in 64 bits for tensors over 2^31 elements.
 """
@@ -117,8 +121,10 @@ class KernelConfig:
             raise ConfigError(f"num_stages: must be >= 1, got {self.num_stages}")
         if self.vec not in (1, 8):
             raise ConfigError(f"vec: must be 1 or 8, got {self.vec}")
-        if self.split_k > 1 and self.direction is not Direction.BACKWARD_WEIGHT:
-            raise ConfigError("split_k: only backward_weight kernels split the reduction")
+        if (self.split_k > 1 and self.direction is not Direction.BACKWARD_WEIGHT
+                and self.family not in (Family.IGEMM, Family.GMERGE, Family.GEMM1X1)):
+            raise ConfigError(f"split_k: {self.direction.value} kernels split the reduction only in the "
+                              "tensor-core families igemm, gmerge and gemm1x1 (direct, dwroll and tma: split_k=1)")
         if (self.merge > 1) != (self.family is Family.GMERGE):
             raise ConfigError("merge: must be > 1 exactly for the gmerge family")
         if self.direction not in self.family.directions:

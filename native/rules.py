@@ -36,6 +36,9 @@ _TC_STAGES = (1, 2, 3, 4, 5)
 _GROUP_M = (1, 8)
 _MERGE = (2, 4, 8, 16, 32)
 _SPLIT_K = (1, 2, 4, 8, 16, 32, 64)
+#: split_k of forward / backward-data tensor-core kernels (igemm, gmerge, gemm1x1) in ``full``: their
+#: reduction is prod(filter)·C/G (or K/G) long, far shorter than backward-weight's N·prod(out).
+_DATA_SPLIT_K = (1, 2, 4, 8, 16)
 _DIRECT_BLOCK_M = (16, 32, 64, 128, 256)
 _DIRECT_BLOCK_N = (8, 16, 32, 64, 128)
 _DIRECT_WARPS = (1, 2, 4, 8)
@@ -105,10 +108,10 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
             continue
         merges = _MERGE if family is Family.GMERGE else (1,)
         domains = (_TC_BLOCK_M, _TC_BLOCK_N, _TC_BLOCK_K, _TC_WARPS, _TC_STAGES, _GROUP_M,
-                   _SPLIT_K if bwd_weight else (1,), merges, (1, 8), (False, True))
+                   _SPLIT_K if bwd_weight else _DATA_SPLIT_K, merges, (1, 8), (False, True))
         if narrow:
             domains = ((32, 64, 128, 256), (16, 32, 64, 128, 256), (16, 32, 64), (4, 8), (1, 2, 3, 4), (8,),
-                       (1, 4, 16) if bwd_weight else (1,),
+                       (1, 4, 16) if bwd_weight else (1, *SPLIT_K_DATA_SPLITS),
                        tuple(m for m in merges if m <= 16), (1, 8), (False, True))
         for bm, bn, bk, warps, stages, gm, sk, mg, vec, i64 in itertools.product(*domains):
             yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, stages, gm, sk, mg, vec, i64)
@@ -184,6 +187,24 @@ DWROLL_PREFETCH_DATA_TILES = {3: ((32, 32, 4), (32, 64, 4), (64, 32, 4), (64, 16
                               7: ((8, 64, 2), (16, 64, 4), (32, 32, 4), (32, 64, 8))}
 
 
+#: Split-K forward / backward-data tiles in ``default`` (block_m, block_n, block_k; 4 warps, 3 stages, v8,
+#: bf16/fp16, igemm in 2D and 3D, gemm1x1 in 2D) and their splits: for problems whose GEMM M is small
+#: (batch-1 inference), where the (m, n) tiles alone leave most SMs idle and each CTA walks a long
+#: reduction (H200, bench/results/2026-11-22_h200_s7: dense n1 c256 14x14 3x3 forward, M = 196, best
+#: kernel igemm 64x32x64: 4 x 8 = 32 CTAs on 132 SMs, 36 steps each, 17.6 us against cuDNN's 8.2).
+#: Not yet measured against the unsplit tiles.
+SPLIT_K_DATA_TILES = ((32, 32, 64), (64, 32, 64), (64, 64, 64))
+SPLIT_K_DATA_SPLITS = (4, 8, 16)
+
+
+def _default_split_data_rule(c: KernelConfig) -> bool:
+    """The split-K forward / backward-data kernels of ``default`` (see :data:`SPLIT_K_DATA_TILES`)."""
+    return (c.family in (Family.IGEMM, Family.GEMM1X1) and (c.family is Family.IGEMM or c.ndim == 2)
+            and c.vec == 8 and not c.index64 and c.dtype is not DType.FP32 and c.group_m == 8
+            and c.num_warps == 4 and c.num_stages == 3 and c.split_k in SPLIT_K_DATA_SPLITS
+            and (c.block_m, c.block_n, c.block_k) in SPLIT_K_DATA_TILES)
+
+
 def _default_rule(config: KernelConfig) -> bool:
     """The registry shipped and measured by default: a few hundred kernels per (direction, dtype)."""
     c = config
@@ -251,6 +272,8 @@ def _default_rule(config: KernelConfig) -> bool:
         # (ranking it cost the shipped fwd/4 0.953 -> 0.916 mean efficiency on the dev suite). `full`
         # keeps every tile; these are the ones measured.
         return False
+    if c.split_k > 1 and c.direction is not Direction.BACKWARD_WEIGHT:
+        return _default_split_data_rule(c)
     if c.group_m != 8 or c.split_k not in (1, 4, 16):
         return False
     if c.num_stages == 1:
@@ -311,7 +334,8 @@ def _default_rule(config: KernelConfig) -> bool:
 
 
 def _tiny_rule(config: KernelConfig) -> bool:
-    """One bf16 kernel per family and direction (and both split-K paths): CI's compile check."""
+    """One bf16 kernel per family and direction (and both split-K paths of backward-weight and of the
+    forward / backward-data igemm): CI's compile check."""
     c = config
     if c.dtype is not DType.BF16 or c.index64:
         return False
@@ -323,6 +347,8 @@ def _tiny_rule(config: KernelConfig) -> bool:
             tap_rows = (32, 32) if c.direction is Direction.BACKWARD_WEIGHT else (64, 32)
             return (c.block_m, c.block_n, c.block_k) == (*tap_rows, 4) and c.split_k in (1, 8)
         return (c.block_m, c.block_n, c.vec) == (64, 32, 1) and c.split_k in (1, 8)
+    if c.split_k > 1 and c.direction is not Direction.BACKWARD_WEIGHT:  # split-K forward / backward-data
+        return c.family is Family.IGEMM and (c.block_m, c.block_n, c.block_k, c.split_k) == (64, 32, 64, 8)
     if c.family is Family.GMERGE:
         return (c.block_m, c.block_n, c.block_k, c.merge) == (64, 32, 32, 4) and c.split_k in (1, 4)
     if c.family is Family.GEMM1X1 and c.ndim == 3:  # default keeps a single 3D 1x1 tile

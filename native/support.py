@@ -13,6 +13,10 @@ from tiledispatch.native.problem import INT32_INDEX_LIMIT, ConvProblem, Directio
 #: gmerge and direct target small groups; larger groups waste a merged tile or CUDA-core FMAs.
 GMERGE_MAX_CHANNELS_PER_GROUP = 32
 DIRECT_MAX_CHANNELS_PER_GROUP = 16
+#: Largest fp32 split-K workspace of a forward / backward-data kernel (``split_k`` copies of Y or dX): past
+#: it the partials' traffic (written, then read by the reduce) alone outweighs what the extra CTAs gain,
+#: and split 16 of a tensor near 2^31 elements would not fit in GPU memory.
+MAX_SPLIT_PARTIALS_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,15 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
         refusal = _tma_refusal(problem, config)
         if refusal:
             return Support(False, refusal)
-    if config.split_k > 1 and config.family is not Family.DWROLL:  # dwroll's empty splits write zeros
+    if config.split_k > 1 and problem.direction is not Direction.BACKWARD_WEIGHT:
+        # Forward / backward-data (igemm, gmerge, gemm1x1): any reduction length (an empty split stores
+        # zero partials); only the fp32 partials' size is bounded.
+        result = problem.output_elements if problem.direction is Direction.FORWARD else problem.input_elements
+        partials = config.split_k * result * 4
+        if partials > MAX_SPLIT_PARTIALS_BYTES:
+            return Support(False, f"batch/input_size: split_k={config.split_k} would need {partials} bytes of fp32 "
+                                  f"partials (> {MAX_SPLIT_PARTIALS_BYTES}); the unsplit kernel runs it")
+    elif config.split_k > 1 and config.family is not Family.DWROLL:  # dwroll's empty splits write zeros
         reduction = problem.batch * math.prod(problem.output_size)
         step = config.block_m if config.family is Family.DIRECT else config.block_k
         if -(-reduction // step) < config.split_k:  # every split must own at least one step

@@ -142,8 +142,9 @@ def test_noncanonical_error_suggests_canonical_name():
 
 
 @pytest.mark.parametrize("name, field", [
-    (GOOD.replace("_sk1_", "_sk2_"), "split_k"),                  # split-K outside bwd_weight
-    (GOOD.replace("_fwd_", "_bwd_data_").replace("_sk1_", "_sk4_"), "split_k"),
+    (GOOD.replace("igemm", "tma").replace("_sk1_", "_sk2_"), "split_k"),  # data-direction split-K: igemm,
+    (GOOD.replace("_fwd_", "_bwd_data_").replace("igemm", "tma").replace("_sk1_", "_sk4_"), "split_k"),  # gmerge,
+    (GOOD.replace("igemm_128x64x32_w4_s3_gm8_sk1", "direct_64x32x1_w4_s1_gm1_sk8"), "split_k"),  # gemm1x1 only
     (GOOD.replace("_mg1_", "_mg2_"), "merge"),                    # merge outside gmerge
     (GOOD.replace("igemm", "gmerge"), "merge"),                   # gmerge without merge
     (GOOD.replace("128x", "96x"), "block_m"),
@@ -172,9 +173,13 @@ def direct(**overrides) -> dict:
 
 
 INVALID_CONFIGS = [
-    ("split_k_fwd", tc(split_k=4), "split_k"),
-    ("split_k_bwd_data", tc(direction=Direction.BACKWARD_DATA, split_k=2), "split_k"),
+    ("split_k_tma_fwd", tc(family=Family.TMA, vec=8, split_k=4), "split_k"),
+    ("split_k_tma_bwd_data", tc(direction=Direction.BACKWARD_DATA, family=Family.TMA, vec=8, split_k=2), "split_k"),
     ("split_k_direct_fwd", direct(split_k=8), "split_k"),
+    ("split_k_direct_bwd_data", direct(direction=Direction.BACKWARD_DATA, split_k=4), "split_k"),
+    ("split_k_dwroll_fwd", tc(family=Family.DWROLL, block_m=16, block_k=3, num_stages=1, group_m=1, vec=8,
+                              split_k=16), "split_k"),
+    ("split_k_fwd_6", tc(split_k=6), "split_k"),
     ("merge_igemm", tc(merge=2), "merge"),
     ("merge_gemm1x1", tc(family=Family.GEMM1X1, merge=4), "merge"),
     ("merge_direct", direct(merge=2), "merge"),
@@ -223,6 +228,10 @@ def test_valid_configs_accepted():
     KernelConfig(**tc(family=Family.GMERGE, merge=32))
     KernelConfig(**tc(direction=Direction.BACKWARD_WEIGHT, split_k=64))
     KernelConfig(**direct(direction=Direction.BACKWARD_WEIGHT, split_k=8, vec=8, index64=True))
+    # Split-K forward / backward-data: the tensor-core families igemm, gmerge and gemm1x1.
+    KernelConfig(**tc(split_k=16))
+    KernelConfig(**tc(direction=Direction.BACKWARD_DATA, family=Family.GMERGE, merge=4, split_k=4, vec=8))
+    KernelConfig(**tc(family=Family.GEMM1X1, split_k=2, index64=True))
     KernelConfig(**tc(family=Family.GEMM1X1, block_m=16, block_n=16, block_k=16))
 
 

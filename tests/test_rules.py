@@ -147,7 +147,8 @@ def test_every_family_in_tiny(direction, ndim, family):
     configs = rule_slice("tiny", direction, DType.BF16, ndim)
     chosen = [c for c in configs if c.family is family]
     assert chosen
-    if direction is Direction.BACKWARD_WEIGHT:  # both split-K paths are compiled in CI
+    # both split-K paths are compiled in CI: every backward-weight family, the forward / backward-data igemm
+    if direction is Direction.BACKWARD_WEIGHT or family is Family.IGEMM:
         assert {c.split_k == 1 for c in chosen} == {True, False}
 
 
@@ -167,8 +168,10 @@ def test_default_has_generic_kernels(key):
     assert any(c.family is Family.DIRECT and c.vec == 1 and c.split_k == 1 for c in configs)
     if key[0] is Direction.BACKWARD_WEIGHT:
         assert any(c.split_k > 1 for c in configs)
-    else:
-        assert all(c.split_k == 1 for c in configs)
+    else:  # split-K forward / backward-data: a few aligned 16-bit tensor-core tiles for small GEMM M
+        split = [c for c in configs if c.split_k > 1]
+        assert all(c.family in (Family.IGEMM, Family.GEMM1X1) and c.vec == 8 and not c.index64 for c in split)
+        assert bool(split) == (key[1] is not DType.FP32)
 
 
 # ---- arch dependence ------------------------------------------------------------------------
@@ -202,6 +205,26 @@ def test_arch_aliases_give_the_same_rule_set():
     key = dict(directions=["fwd"], dtypes=["bf16"], ndims=[2])
     assert rule_set_configs("default", "h200", **key) == rule_set_configs("default", "sm_90", **key)
     assert rule_set_configs("default", "h100_sxm", **key) == rule_set_configs("default", "sm_90", **key)
+
+
+def test_default_split_k_data_direction_kernels_are_few_and_aimed_at_small_m():
+    """Split-K forward / backward-data in default: 4-warp, 3-stage, aligned 16-bit igemm (2D and 3D) and
+    gemm1x1 (2D) tiles of at most 64x64, splits 4-16; few enough that the default registry grows modestly.
+    full holds split-K for every tensor-core family of the data directions (gmerge too), not tma."""
+    from tiledispatch.native.rules import SPLIT_K_DATA_SPLITS, SPLIT_K_DATA_TILES
+
+    split = [c for c in rule_set_configs("default") if c.split_k > 1 and c.direction is not Direction.BACKWARD_WEIGHT]
+    assert 0 < len(split) <= 150
+    assert {(c.block_m, c.block_n, c.block_k) for c in split} == set(SPLIT_K_DATA_TILES)
+    assert {c.split_k for c in split} == set(SPLIT_K_DATA_SPLITS)
+    assert all(c.block_m <= 64 and c.block_n <= 64 and c.num_warps == 4 and c.num_stages == 3 and c.vec == 8
+               and not c.index64 and c.dtype is not DType.FP32 for c in split)
+    assert {(c.family, c.ndim) for c in split} == {(Family.IGEMM, 2), (Family.IGEMM, 3), (Family.GEMM1X1, 2)}
+    assert {c.direction for c in split} == {Direction.FORWARD, Direction.BACKWARD_DATA}
+    full = rule_slice("full", Direction.FORWARD, DType.BF16, 2)
+    full_split = {c.family for c in full if c.split_k > 1}
+    assert full_split == {Family.IGEMM, Family.GMERGE, Family.GEMM1X1}
+    assert {c.split_k for c in full} == {1, 2, 4, 8, 16}
 
 
 def test_default_unpipelined_tensor_core_tiles_are_aligned_data_direction_kernels():

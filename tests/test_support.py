@@ -15,6 +15,7 @@ from tiledispatch.native.problem import ConvProblem, Direction, DType
 from tiledispatch.native.support import (
     DIRECT_MAX_CHANNELS_PER_GROUP,
     GMERGE_MAX_CHANNELS_PER_GROUP,
+    MAX_SPLIT_PARTIALS_BYTES,
     Support,
     is_supported,
     supported_configs,
@@ -89,6 +90,12 @@ NO_CASES = [
     ("split_k_direct_tiny_reduction",
      problem(direction="bwd_weight", batch=1, groups=8, in_channels=8, out_channels=8, input_size=(8, 8)),
      kernel(Family.DIRECT, direction=Direction.BACKWARD_WEIGHT, split_k=8), "batch"),
+    # 16 copies of a 32M-element Y (2 GiB of fp32 partials > MAX_SPLIT_PARTIALS_BYTES)
+    ("split_k_fwd_partials_too_big", problem(batch=128, groups=1, in_channels=64, out_channels=64,
+                                             input_size=(64, 64)), kernel(split_k=16), "batch"),
+    ("split_k_bwd_data_partials_too_big", problem(direction="bwd_data", batch=128, groups=1, in_channels=64,
+                                                  out_channels=64, input_size=(64, 64)),
+     kernel(direction=Direction.BACKWARD_DATA, split_k=16), "input_size"),
 ]
 
 
@@ -136,6 +143,17 @@ YES_CASES = [
      kernel(direction=Direction.BACKWARD_WEIGHT, split_k=16)),
     ("split_k_exact", problem(direction="bwd_weight", batch=2, input_size=(16, 16)),  # 2*16*16 = 16*32
      kernel(direction=Direction.BACKWARD_WEIGHT, split_k=16)),
+    # Forward / backward-data split-K: any reduction length (a 1x1 over 8 channels is one 32-channel step
+    # for 16 splits: 15 of them store zero partials), strided backward-data, gmerge, 3D.
+    ("split_k_fwd_one_step", one_by_one(batch=1, groups=1, in_channels=8, out_channels=64),
+     kernel(Family.GEMM1X1, split_k=16)),
+    ("split_k_bwd_data_stride", problem(direction="bwd_data", batch=1, stride=(2, 2)),
+     kernel(direction=Direction.BACKWARD_DATA, split_k=8)),
+    ("split_k_gmerge", problem(batch=1, groups=8, in_channels=32, out_channels=32),
+     kernel(Family.GMERGE, split_k=4)),
+    ("split_k_fwd_3d", problem(batch=1, input_size=(2, 5, 5), filter_size=(1, 1, 1), stride=(1, 1, 1),
+                               dilation=(1, 1, 1), pad_begin=(0, 0, 0), pad_end=(0, 0, 0)),
+     kernel(ndim=3, split_k=16)),
     ("i64_small_problem", problem(), kernel(index64=True)),
     ("fp32", problem(dtype="fp32"), kernel(dtype=DType.FP32)),
     ("bwd_data_stride", problem(direction="bwd_data", stride=(2, 3)), kernel(direction=Direction.BACKWARD_DATA)),
@@ -157,6 +175,28 @@ def test_split_k_boundary():
     assert not is_supported(problem(direction="bwd_weight", batch=1, input_size=(16, 16)), config)
     assert is_supported(problem(direction="bwd_weight", batch=1, input_size=(16, 16)),
                         dataclasses.replace(config, split_k=8))
+
+
+SPLIT_DATA_KERNELS = [KernelConfig(d, DType.FP16, n, f, 64, 32, 16, 4, 2, 8, 16, 4 if f is Family.GMERGE else 1, v, i64)
+                      for d in (Direction.FORWARD, Direction.BACKWARD_DATA) for n in (2, 3)
+                      for f in (Family.IGEMM, Family.GMERGE, Family.GEMM1X1) for v in (1, 8) for i64 in (False, True)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(any_problems(huge_weight=0, directions=(Direction.FORWARD, Direction.BACKWARD_DATA), dtypes=(DType.FP16,)))
+def test_split_k_data_kernels_support_what_their_unsplit_twins_do(p):
+    """Forward / backward-data split-K kernels (igemm, gmerge, gemm1x1) refuse only partials past
+    MAX_SPLIT_PARTIALS_BYTES: below it they answer as their split_k = 1 twins, reasons included, whatever the
+    reduction length (an empty split stores zero partials)."""
+    result = p.output_elements if p.direction is Direction.FORWARD else p.input_elements
+    for config in SPLIT_DATA_KERNELS:
+        if config.direction is not p.direction or config.ndim != p.ndim:
+            continue
+        split, twin = is_supported(p, config), is_supported(p, dataclasses.replace(config, split_k=1))
+        if twin and 16 * result * 4 > MAX_SPLIT_PARTIALS_BYTES:
+            assert not split and split.reason.startswith("batch/input_size:"), split.reason
+        else:
+            assert split == twin, (config.name, split.reason, twin.reason)
 
 
 def test_supported_configs_filters_in_order():

@@ -28,7 +28,19 @@ elsewhere (block-diagonal: merged groups never mix); with aligned merged runs (v
 densely first (``gmerge_pack.py``) and read with 16-byte pipelined loads. gemm1x1 (1×1 filter, stride 1, no padding) is
 the plain GEMM ``dX = dY · W`` over N·prod(in) rows. 2D problems run as 3D with depth 1.
 
-Grid: axis 0 = residue class × (m, n) tiles (GROUP_M-swizzled within a class), axis 1 = group block.
+split_k > 1 (``SPLIT_K``, grid axis 2), stride 1 or not: each program's flattened loop over (valid tap,
+channel block) — ``valid taps of its class × cdiv(MERGE·K/G, BLOCK_K)`` steps — is cut into ``SPLIT_K``
+contiguous ranges of ``cdiv(steps, SPLIT_K)`` steps; split ``s`` starts the odometer at step
+``s·per_split`` (one scalar division per counter, before the loop) and stores its fp32 partial tile to
+``workspace[s, position, channel]`` (a ``[SPLIT_K, N·prod(in)·C]`` copy of dX's layout). The count of
+valid taps differs between residue classes, so the ranges do too; a split whose range is empty (more
+splits than steps, or a class with no valid tap) stores zeros, so every workspace row covers every dX
+element. The ``reduce`` program (``split_reduce.py``, shared by every split-K family) sums the rows in a
+fixed order (deterministic, no atomics) and casts to dX's dtype; with split_k = 1 the main program
+stores dX directly.
+
+Grid: axis 0 = residue class × (m, n) tiles (GROUP_M-swizzled within a class), axis 1 = group block,
+axis 2 = split.
 """
 
 from __future__ import annotations
@@ -50,6 +62,7 @@ from tiledispatch.native.kernels.base import (
     tensor_core_constexprs,
 )
 from tiledispatch.native.kernels.igemm_fwd import aligned_channels, spatial_args
+from tiledispatch.native.kernels.split_reduce import partials_elements, split_reduce_launch, split_reduce_program
 from tiledispatch.native.kernels.tiles import grouped_tile
 from tiledispatch.native.problem import ConvProblem, Direction
 
@@ -78,7 +91,7 @@ def _igemm_bwd_data_kernel(
     STEP_D, STEP_H, STEP_W,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     MERGE: tl.constexpr, IS_1X1: tl.constexpr, VEC: tl.constexpr, INDEX64: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, SPLIT_K: tl.constexpr,
 ):
     C_TOTAL, K_TOTAL, CG, KG, GC, GK = aligned_channels(GROUPS, CG, KG, MERGE, VEC)
     # GC: merged output (dX) channels, GEMM N; GK: merged reduction (dY) channels
@@ -164,6 +177,20 @@ def _igemm_bwd_data_kernel(
         jh = tl.zeros((), dtype=n_iter.dtype)
         jw = tl.zeros((), dtype=n_iter.dtype)
     kb = tl.zeros((), dtype=tl.int32)
+    if SPLIT_K > 1:
+        # This split's contiguous range of the program's steps (may be empty), and the odometer at its start.
+        split = tl.program_id(2)
+        per_split = tl.cdiv(n_iter, SPLIT_K)
+        it_begin = tl.minimum(split * per_split, n_iter)
+        it_end = tl.minimum(it_begin + per_split, n_iter)
+        kb = (it_begin % k_blocks).to(tl.int32)
+        if not IS_1X1:
+            t = it_begin // k_blocks
+            jw = (t % tl.maximum(n_w, 1)).to(jw.dtype)
+            t = t // tl.maximum(n_w, 1)
+            jh = (t % tl.maximum(n_h, 1)).to(jh.dtype)
+            jd = (t // tl.maximum(n_h, 1)).to(jd.dtype)
+        n_iter = it_end - it_begin
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for _ in tl.range(0, n_iter):
@@ -210,6 +237,8 @@ def _igemm_bwd_data_kernel(
             jh = tl.where(wrap, 0, jh)
             jd += wrap.to(jd.dtype)
 
+    if SPLIT_K > 1:  # this split's row of the fp32 workspace [SPLIT_K, dX elements]
+        dx_ptr += split.to(tl.int64) * BATCH * IN_D * IN_H * IN_W * C_TOTAL
     dx_ptrs = dx_ptr + dx_row[:, None] + (c0 + cols)[None, :]
     tl.store(dx_ptrs, acc.to(dx_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
 
@@ -229,14 +258,20 @@ class IgemmBackwardData:
     def programs(self, config: KernelConfig) -> dict[str, Program]:
         ptr = pointer_type(config.dtype)
         ints = int_type(config)
-        types = {"dy_ptr": ptr, "w_ptr": ptr, "dx_ptr": ptr, **{name: ints for name in _SIZE_PARAMS}}
-        constexprs = tensor_core_constexprs(config)
-        return {"main": Program(_igemm_bwd_data_kernel, constexprs, types, config.num_warps, config.num_stages,
-                                fixed_sizes(config, _igemm_bwd_data_kernel)),
-                **gmerge_pack.programs(config, backward_data=True)}
+        out = "*fp32" if config.split_k > 1 else ptr
+        types = {"dy_ptr": ptr, "w_ptr": ptr, "dx_ptr": out, **{name: ints for name in _SIZE_PARAMS}}
+        constexprs = {**tensor_core_constexprs(config), "SPLIT_K": config.split_k}
+        programs = {"main": Program(_igemm_bwd_data_kernel, constexprs, types, config.num_warps, config.num_stages,
+                                    fixed_sizes(config, _igemm_bwd_data_kernel)),
+                    **gmerge_pack.programs(config, backward_data=True)}
+        if config.split_k > 1:
+            programs["reduce"] = split_reduce_program(config)
+        return programs
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
-        return gmerge_pack.workspace_elements(problem, config)
+        """fp32 elements: the split-K partials (``split_k`` copies of dX, rounded up to 16 bytes), then
+        gmerge's packed weights (v8)."""
+        return partials_elements(problem.input_elements, config) + gmerge_pack.workspace_elements(problem, config)
 
     def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
         if config.family is Family.GEMM1X1:
@@ -245,10 +280,19 @@ class IgemmBackwardData:
             m_max = problem.batch * math.prod(cdiv(i, s) for i, s in zip(problem.input_size, problem.stride))
             classes = math.prod(problem.stride)
         tiles = cdiv(m_max, config.block_m) * cdiv(config.merge * problem.c_per_group, config.block_n)
-        grid = (classes * tiles, cdiv(problem.groups, config.merge), 1)
+        grid = (classes * tiles, cdiv(problem.groups, config.merge), config.split_k)
         sizes = (problem.batch, problem.groups, problem.c_per_group, problem.k_per_group, *spatial_args(problem),
                  *tap_steps(problem))
-        if not gmerge_pack.packs_weights(config):
-            return [Launch("main", grid, (first, second, out, *sizes))]
-        pack, packed = gmerge_pack.pack_launch(problem, config, second, workspace)
-        return [pack, Launch("main", grid, (first, packed, out, *sizes))]
+        partials = partials_elements(problem.input_elements, config)
+        if partials and (workspace is None or workspace.numel() < self.workspace_elements(problem, config)):
+            raise ValueError(f"workspace: split_k={config.split_k} needs "
+                             f"{self.workspace_elements(problem, config)} fp32 elements")
+        launches = []
+        weight = second
+        if gmerge_pack.packs_weights(config):
+            pack, weight = gmerge_pack.pack_launch(problem, config, second, workspace[partials:])
+            launches.append(pack)
+        if not partials:
+            return [*launches, Launch("main", grid, (first, weight, out, *sizes))]
+        return [*launches, Launch("main", grid, (first, weight, workspace, *sizes)),
+                split_reduce_launch(config, workspace, out, problem.input_elements)]

@@ -13,7 +13,18 @@ elsewhere: a block-diagonal operand, so merged groups never mix. With aligned me
 operand is packed densely first (``gmerge_pack.py``) and read with 16-byte pipelined loads.
 Because NHWGC keeps the channels of consecutive groups adjacent, the merged input and output
 channel runs are contiguous.
+
+split_k > 1 (``SPLIT_K``, grid axis 2): the flattened reduction loop of ``prod(filter)·cdiv(MERGE·C/G,
+BLOCK_K)`` (tap, channel block) steps is cut into ``SPLIT_K`` contiguous ranges of
+``cdiv(steps, SPLIT_K)`` steps; split ``s`` runs steps ``[s·per_split, min((s+1)·per_split, steps))``
+and stores its fp32 partial tile to ``workspace[s, m, channel]`` (a ``[SPLIT_K, N·prod(out)·K]`` copy of
+Y's layout); a split whose range is empty (more splits than steps) stores zeros. The ``reduce`` program
+(``split_reduce.py``, the one every split-K family uses) sums the ``SPLIT_K`` rows in a fixed order
+(deterministic, no atomics) and casts to Y's dtype. With split_k = 1 the main program stores Y directly.
+For small GEMM M (batch-1 inference: M = prod(out)) this multiplies the CTAs by ``SPLIT_K`` and divides
+each one's sequential steps by it.
 2D problems run as 3D with depth 1.
+Grid: axis 0 = (m, n) tiles (GROUP_M-swizzled), axis 1 = group block, axis 2 = split.
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ from tiledispatch.native.kernels.base import (
     pointer_type,
     tensor_core_constexprs,
 )
+from tiledispatch.native.kernels.split_reduce import partials_elements, split_reduce_launch, split_reduce_program
 from tiledispatch.native.kernels.tiles import grouped_tile
 from tiledispatch.native.problem import ConvProblem, Direction
 
@@ -69,7 +81,7 @@ def _igemm_fwd_kernel(
     F_D, F_H, F_W, STR_D, STR_H, STR_W, DIL_D, DIL_H, DIL_W, PAD_D, PAD_H, PAD_W,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     MERGE: tl.constexpr, IS_1X1: tl.constexpr, VEC: tl.constexpr, INDEX64: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, SPLIT_K: tl.constexpr,
 ):
     C_TOTAL, K_TOTAL, CG, KG, GC, GK = aligned_channels(GROUPS, CG, KG, MERGE, VEC)
     M = BATCH * OUT_D * OUT_H * OUT_W
@@ -113,7 +125,16 @@ def _igemm_fwd_kernel(
     red = tl.arange(0, BLOCK_K)
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for it in tl.range(0, taps * k_blocks):
+    if SPLIT_K > 1:  # this split's contiguous range of (tap, channel block) steps; may be empty
+        split = tl.program_id(2)
+        steps = taps * k_blocks
+        per_split = tl.cdiv(steps, SPLIT_K)
+        it_begin = tl.minimum(split * per_split, steps)
+        it_end = tl.minimum(it_begin + per_split, steps)
+    else:
+        it_begin = 0
+        it_end = taps * k_blocks
+    for it in tl.range(it_begin, it_end):
         tap = it // k_blocks
         r = (it % k_blocks) * BLOCK_K + red
         r_ok = (r < GC) & (c0 + r < C_TOTAL)
@@ -145,6 +166,8 @@ def _igemm_fwd_kernel(
         b = tl.load(b_ptrs, mask=b_mask, other=0.0)
         acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
 
+    if SPLIT_K > 1:  # this split's row of the fp32 workspace [SPLIT_K, Y elements]
+        y_ptr += split.to(tl.int64) * M * K_TOTAL
     y_ptrs = y_ptr + (rows * K_TOTAL)[:, None] + (k0 + cols)[None, :]
     tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
 
@@ -162,24 +185,39 @@ class IgemmForward:
     def programs(self, config: KernelConfig) -> dict[str, Program]:
         ptr = pointer_type(config.dtype)
         ints = int_type(config)
-        types = {"x_ptr": ptr, "w_ptr": ptr, "y_ptr": ptr, **{name: ints for name in _SIZE_PARAMS}}
-        constexprs = tensor_core_constexprs(config)
-        return {"main": Program(_igemm_fwd_kernel, constexprs, types, config.num_warps, config.num_stages,
-                                fixed_sizes(config, _igemm_fwd_kernel)),
-                **gmerge_pack.programs(config, backward_data=False)}
+        out = "*fp32" if config.split_k > 1 else ptr
+        types = {"x_ptr": ptr, "w_ptr": ptr, "y_ptr": out, **{name: ints for name in _SIZE_PARAMS}}
+        constexprs = {**tensor_core_constexprs(config), "SPLIT_K": config.split_k}
+        programs = {"main": Program(_igemm_fwd_kernel, constexprs, types, config.num_warps, config.num_stages,
+                                    fixed_sizes(config, _igemm_fwd_kernel)),
+                    **gmerge_pack.programs(config, backward_data=False)}
+        if config.split_k > 1:
+            programs["reduce"] = split_reduce_program(config)
+        return programs
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
-        return gmerge_pack.workspace_elements(problem, config)
+        """fp32 elements: the split-K partials (``split_k`` copies of Y, rounded up to 16 bytes), then
+        gmerge's packed weights (v8)."""
+        return partials_elements(problem.output_elements, config) + gmerge_pack.workspace_elements(problem, config)
 
     def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
         m = problem.batch * _prod(problem.output_size)
         tiles = cdiv(m, config.block_m) * cdiv(config.merge * problem.k_per_group, config.block_n)
-        grid = (tiles, cdiv(problem.groups, config.merge), 1)
+        grid = (tiles, cdiv(problem.groups, config.merge), config.split_k)
         sizes = (problem.batch, problem.groups, problem.c_per_group, problem.k_per_group, *spatial_args(problem))
-        if not gmerge_pack.packs_weights(config):
-            return [Launch("main", grid, (first, second, out, *sizes))]
-        pack, packed = gmerge_pack.pack_launch(problem, config, second, workspace)
-        return [pack, Launch("main", grid, (first, packed, out, *sizes))]
+        partials = partials_elements(problem.output_elements, config)
+        if partials and (workspace is None or workspace.numel() < self.workspace_elements(problem, config)):
+            raise ValueError(f"workspace: split_k={config.split_k} needs "
+                             f"{self.workspace_elements(problem, config)} fp32 elements")
+        launches = []
+        weight = second
+        if gmerge_pack.packs_weights(config):
+            pack, weight = gmerge_pack.pack_launch(problem, config, second, workspace[partials:])
+            launches.append(pack)
+        if not partials:
+            return [*launches, Launch("main", grid, (first, weight, out, *sizes))]
+        return [*launches, Launch("main", grid, (first, weight, workspace, *sizes)),
+                split_reduce_launch(config, workspace, out, problem.output_elements)]
 
 
 def _prod(values: tuple[int, ...]) -> int:

@@ -1,6 +1,7 @@
-"""The split-K sum of backward-weight partials: ``dW[e] = Σ_{s < SPLIT_K} workspace[s, e]`` (fp32 partials,
-one row of ``ELEMENTS`` per split, cast to dW's dtype), shared by every split-K backward-weight kernel
-(igemm, gmerge, 1×1, direct, dwroll).
+"""The split-K sum of partials: ``out[e] = Σ_{s < SPLIT_K} workspace[s, e]`` (fp32 partials, one row of
+``ELEMENTS`` per split, cast to the output's dtype), shared by every split-K kernel: backward-weight (igemm,
+gmerge, 1×1, direct, dwroll; ``out`` = dW) and the tensor-core forward and backward-data kernels (igemm,
+gmerge, 1×1; ``out`` = Y or dX).
 
 A program owns ``BLOCK`` elements and loads all ``SPLIT_K`` partials of them as one
 ``[SPLIT_K, BLOCK]`` tile (``split_k`` is a power of two: :class:`~tiledispatch.native.configs.KernelConfig`
@@ -48,8 +49,17 @@ def reduce_block(split_k: int) -> int:
     return max(MIN_BLOCK, TILE_ELEMENTS // split_k)
 
 
+def partials_elements(elements: int, config: KernelConfig) -> int:
+    """fp32 workspace elements of ``config.split_k`` rows of ``elements`` partials, rounded up to 4 (16 bytes,
+    so whatever follows them in a workspace starts aligned); 0 with split_k = 1. (Forward and backward-data:
+    ``elements`` is the result's, Y or dX.)"""
+    if config.split_k == 1:
+        return 0
+    return -(-config.split_k * elements // 4) * 4
+
+
 def split_reduce_program(config: KernelConfig) -> Program:
-    """The reduce program of a split-K backward-weight kernel (``config.split_k`` > 1)."""
+    """The reduce program of a split-K kernel (``config.split_k`` > 1)."""
     return Program(_split_reduce_kernel,
                    {"SPLIT_K": config.split_k, "BLOCK": reduce_block(config.split_k), "INDEX64": config.index64},
                    {"ws_ptr": "*fp32", "out_ptr": pointer_type(config.dtype), "ELEMENTS": int_type(config)},

@@ -9,7 +9,8 @@ from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.problem import ConvProblem, Direction, DType
 
 # (label, problem fields without direction/dtype); odd channel counts, strides, dilations and
-# asymmetric pads on purpose. Batches are large enough that split-K 4 has a step for every split.
+# asymmetric pads on purpose. Batches are large enough that backward-weight split-K 4 has a step for every
+# split (forward / backward-data split 4 leaves some splits of the short reductions without one: on purpose).
 SHAPES_2D = {
     "grouped_odd": dict(batch=6, groups=3, in_channels=6, out_channels=9, input_size=(5, 6), filter_size=(3, 2),
                         stride=(2, 1), dilation=(1, 2), pad_begin=(1, 0), pad_end=(0, 2)),
@@ -77,6 +78,10 @@ FAMILY_SHAPES = {
 }
 
 
+#: Families whose forward and backward-data kernels split the reduction (split_k > 1) too.
+SPLIT_DATA_FAMILIES = (Family.IGEMM, Family.GMERGE, Family.GEMM1X1)
+
+
 def problem(direction: Direction, dtype: DType, ndim: int, label: str) -> ConvProblem:
     shapes = SHAPES_2D if ndim == 2 else SHAPES_3D
     return ConvProblem(direction=direction, dtype=dtype, **shapes[label])
@@ -129,7 +134,7 @@ def cases(ndims=(2, 3)):
                     if family is Family.DIRECT and label.startswith("depthwise"):
                         # tap rows: 4 columns unrolled where the filter is narrow enough, and 8
                         variants += [dict(taps_w=8)] + ([dict(taps_w=4)] if label == "depthwise" else [])
-                    if direction is Direction.BACKWARD_WEIGHT:
+                    if direction is Direction.BACKWARD_WEIGHT or family in SPLIT_DATA_FAMILIES:
                         variants += [dict(v, split_k=4) for v in variants]
                     for variant in variants:
                         out.append((ndim, label, family, direction, variant))
@@ -173,7 +178,8 @@ DWROLL_GPU_TILES = {
 
 
 def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelConfig]:
-    """Every family × warps (× split-K for backward-weight) × vec for one direction/dtype/ndim."""
+    """Every family × warps (× split-K: backward-weight; 4-warp igemm / gmerge / gemm1x1 of the data
+    directions, and :func:`split_data_gpu_configs`) × vec for one direction/dtype/ndim."""
     out = []
     for family in Family:
         if direction not in family.directions:
@@ -191,7 +197,10 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
                         KernelConfig(direction, dtype, ndim, family, 128, 128, 64, 8, 4, 8, 1, 1, 8)]
             continue
         for num_warps in (4, 8):
-            for split_k in ((1, 4) if direction is Direction.BACKWARD_WEIGHT else (1,)):
+            # Data directions: split-K on the 4-warp tiles (the small-M case it is for).
+            splits = (1, 4) if direction is Direction.BACKWARD_WEIGHT or (
+                num_warps == 4 and family in SPLIT_DATA_FAMILIES) else (1,)
+            for split_k in splits:
                 for vec in (1, 8):
                     out.append(gpu_config(direction, dtype, ndim, family, num_warps, split_k=split_k, vec=vec))
     # The depthwise tap-row programs (direct block_k 8: filters up to 8 wide), both split-K paths.
@@ -200,12 +209,28 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
         out.append(KernelConfig(direction, dtype, ndim, Family.DIRECT, *tile, 8, 4, 1, 1, split_k, 1, 8))
     # The large tensor-core tiles (fwd / bwd_data, aligned channels), and unpipelined (L1-cached) ones.
     if direction is not Direction.BACKWARD_WEIGHT:
+        out += split_data_gpu_configs(direction, dtype, ndim)
         for block_m, block_n in ((128, 256), (256, 128)):
             out.append(KernelConfig(direction, dtype, ndim, Family.IGEMM, block_m, block_n, 64, 8, 3, 8, 1, 1, 8))
         if dtype is not DType.FP32:
             out += [KernelConfig(direction, dtype, ndim, Family.IGEMM, 128, 64, 32, 4, 1, 8, 1, 1, 8),
                     KernelConfig(direction, dtype, ndim, Family.GMERGE, 128, 32, 32, 4, 1, 8, 1, 4, 8)]
     return out
+
+
+#: Split-K forward / backward-data GPU-test tiles: (block_m, block_n, block_k, split_k), 4 warps, 3 stages,
+#: aligned (v8) — the tiles and splits of ``default`` (native/rules.py SPLIT_K_DATA_TILES).
+SPLIT_DATA_GPU_TILES = ((32, 32, 64, 16), (64, 32, 64, 8), (64, 64, 64, 4))
+
+
+def split_data_gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelConfig]:
+    """The split-K forward / backward-data kernels the GPU tests add beyond :func:`gpu_config`'s: the
+    default tiles of igemm (and gemm1x1 in 2D), v8, bf16/fp16 (sm_90, triton 3.6: spill-free)."""
+    if direction is Direction.BACKWARD_WEIGHT or dtype is DType.FP32:
+        return []
+    families = (Family.IGEMM, Family.GEMM1X1) if ndim == 2 else (Family.IGEMM,)
+    return [KernelConfig(direction, dtype, ndim, family, block_m, block_n, block_k, 4, 3, 8, split_k, 1, 8)
+            for family in families for block_m, block_n, block_k, split_k in SPLIT_DATA_GPU_TILES]
 
 
 # Real (problem key, kernel) pairs that the H200 end-to-end run selected (bench/results/

@@ -149,6 +149,75 @@ def test_random_depthwise_rolling_rows(registry, direction, dtype, ndim, seed):
     assert not _check(problem, registry, configs), problem.key
 
 
+#: Split-K forward / backward-data problems (label -> ConvProblem fields): small GEMM M (batch 1), what
+#: split-K is for — the dense 14x14 3x3 layer of the H200 dev suite (M = 196: 32 CTAs unsplit), a 7x7 one,
+#: 1x1 (gemm1x1) — and odd ones: channels not multiples of 8 (the v1 kernels), strides 2 (backward-data's
+#: residue classes, with different valid taps each), dilation, asymmetric pads, 8 channels per group (9
+#: reduction steps for up to 16 splits: empty splits), 3D.
+SPLIT_PROBLEMS = {
+    2: {
+        "dense_n1_c256_14x14": dict(batch=1, groups=1, in_channels=256, out_channels=256, input_size=(14, 14),
+                                    filter_size=(3, 3), stride=(1, 1), dilation=(1, 1), pad_begin=(1, 1),
+                                    pad_end=(1, 1)),
+        "dense_n1_c512_7x7": dict(batch=1, groups=1, in_channels=512, out_channels=512, input_size=(7, 7),
+                                  filter_size=(3, 3), stride=(1, 1), dilation=(1, 1), pad_begin=(1, 1),
+                                  pad_end=(1, 1)),
+        "pointwise_n1_c1024_7x7": dict(batch=1, groups=1, in_channels=1024, out_channels=256, input_size=(7, 7),
+                                       filter_size=(1, 1), stride=(1, 1), dilation=(1, 1), pad_begin=(0, 0),
+                                       pad_end=(0, 0)),
+        "grouped_c8_per_group": dict(batch=1, groups=8, in_channels=64, out_channels=64, input_size=(14, 14),
+                                     filter_size=(3, 3), stride=(1, 1), dilation=(1, 1), pad_begin=(1, 1),
+                                     pad_end=(1, 1)),
+        "stride2_n2": dict(batch=2, groups=1, in_channels=64, out_channels=128, input_size=(15, 15),
+                           filter_size=(3, 3), stride=(2, 2), dilation=(1, 1), pad_begin=(1, 1), pad_end=(1, 1)),
+        "odd_strided_dilated": dict(batch=1, groups=3, in_channels=27, out_channels=33, input_size=(9, 11),
+                                    filter_size=(3, 3), stride=(2, 2), dilation=(1, 2), pad_begin=(1, 0),
+                                    pad_end=(0, 1)),
+    },
+    3: {
+        "dense_n1_c64_4x8x8": dict(batch=1, groups=1, in_channels=64, out_channels=64, input_size=(4, 8, 8),
+                                   filter_size=(3, 3, 3), stride=(1, 1, 1), dilation=(1, 1, 1),
+                                   pad_begin=(1, 1, 1), pad_end=(1, 1, 1)),
+        "stride2_n1_c32": dict(batch=1, groups=2, in_channels=32, out_channels=64, input_size=(5, 9, 9),
+                               filter_size=(3, 3, 3), stride=(1, 2, 2), dilation=(1, 1, 1), pad_begin=(1, 1, 1),
+                               pad_end=(1, 1, 1)),
+        "odd_channels": dict(batch=1, groups=2, in_channels=18, out_channels=22, input_size=(3, 5, 6),
+                             filter_size=(2, 3, 3), stride=(1, 2, 1), dilation=(2, 1, 1), pad_begin=(1, 1, 0),
+                             pad_end=(1, 0, 1)),
+    },
+}
+
+
+@pytest.mark.parametrize("case", [(n, label) for n, problems in SPLIT_PROBLEMS.items() for label in problems],
+                         ids=lambda c: f"{c[0]}d-{c[1]}")
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.value)
+@pytest.mark.parametrize("direction", [Direction.FORWARD, Direction.BACKWARD_DATA], ids=lambda d: d.value)
+def test_split_k_data_directions(registry, direction, dtype, case):
+    """Every split-K forward / backward-data kernel of the test registry that supports the problem: within
+    the error limit of the float64 reference, and bitwise the same on a second run (the reduce sums the
+    partials in a fixed order: no atomics)."""
+    import torch
+
+    from tiledispatch.native import launch
+
+    ndim, label = case
+    problem = ConvProblem(direction=direction, dtype=dtype, **SPLIT_PROBLEMS[ndim][label])
+    configs = [c for c in registry.configs if c.split_k > 1 and c.direction is direction and c.dtype is dtype
+               and c.ndim == ndim and is_supported(problem, c)]
+    assert configs, f"no split-K kernel supports {problem.key}"
+    assert not _check(problem, registry, configs), problem.key
+    torch_dtype = launch.torch_dtype(dtype)
+    first = torch.randn(problem.operand_shapes[0], device="cuda", dtype=torch_dtype)
+    second = torch.randn(problem.operand_shapes[1], device="cuda", dtype=torch_dtype)
+    for config in configs:
+        runs = []
+        for _ in range(2):
+            out = torch.full(problem.operand_shapes[2], float("nan"), device="cuda", dtype=torch_dtype)
+            runs.append(launch.run(problem, config, first, second, out, loader=registry.loader()))
+        torch.cuda.synchronize()
+        assert torch.equal(runs[0], runs[1]), f"{config.name}: two runs differ"
+
+
 def test_pytorch_channels_last_tensors_are_accepted_as_they_are(registry):
     import torch
 

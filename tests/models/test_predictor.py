@@ -214,3 +214,29 @@ def test_the_manifests_record_of_training_kernels_leaves_the_others_out(tmp_path
     assert sorted(ranking.unranked.tolist()) == [i for i, c in enumerate(configs) if c.name not in known]
     unknown = [c for c in configs if c.name not in known]
     assert sorted(rank(model, problem, unknown).order.tolist()) == list(range(len(unknown)))
+
+
+@pytest.mark.parametrize("name", ["lgbm-sm_90-fp16-fwd/2", "lgbm-sm_90-fp16-bwd_data/2", "lgbm-sm_90-bf16-fwd/7",
+                                  "lgbm-sm_90-bf16-bwd_data/7"])
+def test_shipped_models_leave_the_split_k_data_kernels_unranked(name):
+    """Forward / backward-data split-K kernels came after every shipped model: one with a kernel record
+    (bf16 7) lacks them there, one without (fp16 2: it would put them first on batch-1 problems) leaves them
+    out by their split_k. Asked to rank only them, a model ranks them all (never an empty answer)."""
+    from tiledispatch.models.predictor import rank
+    from tiledispatch.native.problem import ConvProblem
+    from tiledispatch.native.rules import rule_set_configs
+    from tiledispatch.native.support import is_supported
+
+    model = load(ARTIFACTS / name)
+    dtype, direction = model.dtypes[0], model.directions[0]
+    assert bool(model.seen_kernels) == name.startswith("lgbm-sm_90-bf16")
+    problem = ConvProblem(direction, dtype, 1, 1, 256, 256, (14, 14), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
+    configs = [c for c in rule_set_configs("default", "sm_90", directions=[direction], dtypes=[dtype], ndims=[2])
+               if is_supported(problem, c)]
+    split = [i for i, c in enumerate(configs) if c.split_k > 1]
+    assert split and len(split) < len(configs)
+    ranking = rank(model, problem, configs)
+    assert set(split) <= set(ranking.unranked.tolist())
+    assert all(configs[i].split_k == 1 for i in ranking.order)
+    only = rank(model, problem, [configs[i] for i in split])
+    assert sorted(only.order.tolist()) == list(range(len(split))) and only.unranked.size == 0
