@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Session 10 device calls (GPU machine, repo root): $1 = tests | dev | torch. Writes $OUT/results.tar.gz.
 # Each builds the default registry first (16 workers; a warm machine's second build does nothing).
-#   tests:   every kernel GPU test; the PyTorch e2e models' depthwise layers, backward-weight (every kernel + cuDNN).
+#   tests:   every kernel GPU test; completion of the backward-weight validation folders with the new dwroll kernels;
+#            the PyTorch e2e models' depthwise layers, backward-weight (every kernel + cuDNN).
 #   dev:     the dev suite (every kernel + cuDNN) and its report.
 #   torch:   registry build, the PyTorch integration's GPU tests, the e2e benchmark eager + CUDA graphs.
 # TILEDISPATCH_GIT_COMMIT must name the commit the tree is (the copied .git is stale).
@@ -24,6 +25,11 @@ case ${1:?tests, dev or torch} in
   tests)
     TILEDISPATCH_TEST_REGISTRY="$REG" timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_gpu.py > "$WORK/logs/gpu_tests_kernels.txt" 2>&1
     tail -3 "$WORK/logs/gpu_tests_kernels.txt"
+    M=models/data/measured  # the validation folders read together (h200/ is an older measurement of the same list)
+    timeout 60 td bench --problems models/data/problems/validation_bwd_weight.json --direction bwd_weight --complete \
+      $M/h200_s3/validation_bwd_weight $M/h200_s4/validation_bwd_weight $M/h200_s6/complete_validation_bwd_weight \
+      $M/h200_s6/complete_prefetch_validation_bwd_weight --families dwroll --training --cache-dir "$REG" \
+      --out "$WORK/complete_lean_validation_bwd_weight" > "$WORK/logs/complete_validation.txt" 2>&1; echo "validation completion rc $?"
     timeout 90 td bench --problems bench/problems/e2e_depthwise_n32_bwd_weight.json --direction bwd_weight --cache-dir "$REG" --out "$WORK/e2e_shapes_bwd_weight" > "$WORK/logs/bench_e2e_shapes.txt" 2>&1; echo "e2e shapes rc $?"
     ;;
   dev)
