@@ -39,8 +39,8 @@ case ${1:?tests, dev or torch} in
     grep -A9 "^## Targets" "$WORK/report_dev_suite/report.md"
     ;;
   torch)
-    TILEDISPATCH_REGISTRY_DIR="$REG" timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/integrations/test_torch_gpu.py > "$WORK/logs/gpu_tests_torch.txt" 2>&1; tail -3 "$WORK/logs/gpu_tests_torch.txt"
-    TILEDISPATCH_REGISTRY_DIR="$REG" timeout $(( 560 - ($(date +%s) - start) )) python3 bench/torch_e2e.py --cuda-graph --models mobilenet_v2,convnext_tiny,resnext50_32x4d --batches ${BATCHES:-32,128} --steps 10 --rounds 5 --out-dir "$WORK/torch_e2e" > "$WORK/logs/torch_e2e.txt" 2>&1; echo "e2e rc $?"; tail -12 "$WORK/logs/torch_e2e.txt"
+    TILEDISPATCH_REGISTRY_DIR="$REG" timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/integrations/test_torch_gpu.py -k "${TORCH_TESTS:-captured}" > "$WORK/logs/gpu_tests_torch.txt" 2>&1; tail -3 "$WORK/logs/gpu_tests_torch.txt"
+    TILEDISPATCH_REGISTRY_DIR="$REG" timeout $(( ${DEADLINE_S:-560} - ($(date +%s) - ${T0:-$start}) )) python3 bench/torch_e2e.py --cuda-graph --models ${MODELS:-mobilenet_v2,convnext_tiny,resnext50_32x4d} --batches ${BATCHES:-32,128} --steps 10 --rounds ${ROUNDS:-5} --warmup ${WARMUP:-3} --out-dir "$WORK/torch_e2e" > "$WORK/logs/torch_e2e.txt" 2>&1; echo "e2e rc $?"; grep -E "batch|speedup|CUDA graphs" "$WORK/logs/torch_e2e.txt" | tail -20
     ;;
 esac
 tar -czf "$OUT/results.tar.gz" -C "$WORK" --exclude=registry . 2>/dev/null
