@@ -61,8 +61,8 @@ from tiledispatch.native.kernels.base import (
     pointer_type,
     tensor_core_constexprs,
 )
-from tiledispatch.native.kernels.igemm_fwd import aligned_channels, spatial_args
-from tiledispatch.native.kernels.split_reduce import partials_elements, split_reduce_launch, split_reduce_program
+from tiledispatch.native.kernels.igemm_fwd import aligned_channels, spatial_args, tensor_core_launches
+from tiledispatch.native.kernels.split_reduce import partials_elements, split_reduce_program
 from tiledispatch.native.kernels.tiles import grouped_tile
 from tiledispatch.native.problem import ConvProblem, Direction
 
@@ -283,16 +283,5 @@ class IgemmBackwardData:
         grid = (classes * tiles, cdiv(problem.groups, config.merge), config.split_k)
         sizes = (problem.batch, problem.groups, problem.c_per_group, problem.k_per_group, *spatial_args(problem),
                  *tap_steps(problem))
-        partials = partials_elements(problem.input_elements, config)
-        if partials and (workspace is None or workspace.numel() < self.workspace_elements(problem, config)):
-            raise ValueError(f"workspace: split_k={config.split_k} needs "
-                             f"{self.workspace_elements(problem, config)} fp32 elements")
-        launches = []
-        weight = second
-        if gmerge_pack.packs_weights(config):
-            pack, weight = gmerge_pack.pack_launch(problem, config, second, workspace[partials:])
-            launches.append(pack)
-        if not partials:
-            return [*launches, Launch("main", grid, (first, weight, out, *sizes))]
-        return [*launches, Launch("main", grid, (first, weight, workspace, *sizes)),
-                split_reduce_launch(config, workspace, out, problem.input_elements)]
+        return tensor_core_launches(problem, config, grid, sizes, first, second, out, workspace,
+                                    problem.input_elements, self.workspace_elements(problem, config))

@@ -205,19 +205,28 @@ class IgemmForward:
         tiles = cdiv(m, config.block_m) * cdiv(config.merge * problem.k_per_group, config.block_n)
         grid = (tiles, cdiv(problem.groups, config.merge), config.split_k)
         sizes = (problem.batch, problem.groups, problem.c_per_group, problem.k_per_group, *spatial_args(problem))
-        partials = partials_elements(problem.output_elements, config)
-        if partials and (workspace is None or workspace.numel() < self.workspace_elements(problem, config)):
-            raise ValueError(f"workspace: split_k={config.split_k} needs "
-                             f"{self.workspace_elements(problem, config)} fp32 elements")
-        launches = []
-        weight = second
-        if gmerge_pack.packs_weights(config):
-            pack, weight = gmerge_pack.pack_launch(problem, config, second, workspace[partials:])
-            launches.append(pack)
-        if not partials:
-            return [*launches, Launch("main", grid, (first, weight, out, *sizes))]
-        return [*launches, Launch("main", grid, (first, weight, workspace, *sizes)),
-                split_reduce_launch(config, workspace, out, problem.output_elements)]
+        return tensor_core_launches(problem, config, grid, sizes, first, second, out, workspace,
+                                    problem.output_elements, self.workspace_elements(problem, config))
+
+
+def tensor_core_launches(problem: ConvProblem, config: KernelConfig, grid: tuple[int, int, int], sizes: tuple,
+                         first, second, out, workspace, result_elements: int, workspace_elements: int) -> list[Launch]:
+    """A forward / backward-data tensor-core plan's launches: gmerge's weight packing (v8), the main program
+    (``sizes``: its size arguments), and with split-K the reduce of its fp32 partials into ``out``. The
+    workspace (``workspace_elements`` fp32) holds the partials (``split_k`` copies of the ``result_elements``
+    result) first, then the packed weights."""
+    partials = partials_elements(result_elements, config)
+    if partials and (workspace is None or workspace.numel() < workspace_elements):
+        raise ValueError(f"workspace: split_k={config.split_k} needs {workspace_elements} fp32 elements")
+    launches = []
+    weight = second
+    if gmerge_pack.packs_weights(config):
+        pack, weight = gmerge_pack.pack_launch(problem, config, second, workspace[partials:])
+        launches.append(pack)
+    if not partials:
+        return [*launches, Launch("main", grid, (first, weight, out, *sizes))]
+    return [*launches, Launch("main", grid, (first, weight, workspace, *sizes)),
+            split_reduce_launch(config, workspace, out, result_elements)]
 
 
 def _prod(values: tuple[int, ...]) -> int:
