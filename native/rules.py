@@ -339,7 +339,10 @@ def _tiny_rule(config: KernelConfig) -> bool:
     c = config
     if c.dtype is not DType.BF16 or c.index64:
         return False
-    if c.family is Family.DWROLL:  # plain and prefetching
+    if c.family is Family.DWROLL:  # plain and prefetching; the lean backward-weight tile at 128 splits
+        lean = (c.block_m, c.block_n, c.block_k, c.num_warps, c.num_stages, c.split_k) == (64, 16, 3, 8, 2, 128)
+        if c.direction is Direction.BACKWARD_WEIGHT and lean:
+            return True
         return (c.block_m, c.block_n, c.block_k) in ((16, 64, 3), (32, 32, 3)) and c.split_k in (1, 16) \
             and (c.num_stages, c.block_m) in ((1, 16), (2, 32))
     if c.family is Family.DIRECT:  # (+ one depthwise tap-row instance per direction: cheap binaries)
