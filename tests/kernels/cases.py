@@ -136,6 +136,9 @@ def cases(ndims=(2, 3)):
                         variants += [dict(taps_w=8)] + ([dict(taps_w=4)] if label == "depthwise" else [])
                     if direction is Direction.BACKWARD_WEIGHT or family in SPLIT_DATA_FAMILIES:
                         variants += [dict(v, split_k=4) for v in variants]
+                    if family is Family.DWROLL and direction is Direction.BACKWARD_WEIGHT and label == "dwroll_stride1":
+                        # default's largest split: far more splits than work items, so most are empty (zeros)
+                        variants.append(dict(taps_w=available[label]["filter_size"][-2], stages=2, split_k=128))
                     for variant in variants:
                         out.append((ndim, label, family, direction, variant))
     return out
@@ -175,6 +178,8 @@ DWROLL_GPU_TILES = {
     False: {3: ((16, 64, 4), (32, 64, 8), (64, 32, 4)), 5: ((16, 64, 4), (32, 64, 8)), 7: ((16, 64, 4), (32, 64, 8))},
     True: {3: ((16, 64, 4), (32, 64, 8)), 5: ((16, 32, 4), (32, 32, 8)), 7: ((16, 16, 4), (32, 16, 8))},
 }
+#: Backward-weight dwroll kernels beyond DWROLL_GPU_TILES: default's lean 3x3 tile at its largest split.
+DWROLL_GPU_EXTRA_WEIGHT = ((64, 16, 3, 8, 2, 128),)
 
 
 def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelConfig]:
@@ -190,6 +195,10 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
                     for split_k in ((1, 16) if direction is Direction.BACKWARD_WEIGHT else (1,)):
                         out.append(KernelConfig(direction, dtype, ndim, family, block_w, block_n, height, num_warps,
                                                 stages, 1, split_k, 1, 8))
+            if direction is Direction.BACKWARD_WEIGHT:
+                out += [KernelConfig(direction, dtype, ndim, family, block_w, block_n, height, num_warps, stages, 1,
+                                     split_k, 1, 8)
+                        for block_w, block_n, height, num_warps, stages, split_k in DWROLL_GPU_EXTRA_WEIGHT]
             continue
         if family is Family.TMA:  # aligned only; bf16/fp16
             if dtype is not DType.FP32:

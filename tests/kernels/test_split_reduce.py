@@ -35,7 +35,7 @@ def _reduce(workspace: torch.Tensor, out: torch.Tensor, config: KernelConfig, el
     _split_reduce_kernel[launch.grid](*launch.args, **program.constexprs)
 
 
-@pytest.mark.parametrize("split_k", [2, 16, 64])
+@pytest.mark.parametrize("split_k", [2, 16, 64, 128])
 @pytest.mark.parametrize("elements", [1, 17, 1729])
 @pytest.mark.parametrize("dtype", [DType.FP32, DType.FP16])
 def test_sum_of_splits(split_k, elements, dtype):
