@@ -70,6 +70,7 @@ class BenchSettings:
     seed: int = 0
     event_timing: bool = True         # False: graph replay only (event columns keep the 3-call estimate)
     families: tuple[str, ...] = ()    # measure only these kernel families (empty: every family)
+    kernels: str = ""                 # measure only kernels whose name this regex searches (empty: every one)
 
 
 @dataclass(frozen=True)
@@ -478,7 +479,11 @@ def _in_fresh_thread(fn):
 
 
 def _in_families(config: Any, settings: BenchSettings) -> bool:
-    return not settings.families or config.family.value in settings.families
+    """Whether ``config`` is in the sweep's selection: its family (``settings.families``) and its name
+    (``settings.kernels``, a regex searched in the name, e.g. ``_sk(?!1_)`` for the split-K kernels)."""
+    if settings.families and config.family.value not in settings.families:
+        return False
+    return not settings.kernels or re.search(settings.kernels, config.name) is not None
 
 
 def select_configs(problem: ConvProblem, registry: Any, settings: BenchSettings, exclude: Iterable[str] = ()) -> list:
@@ -662,9 +667,9 @@ def measured_builds(data_dirs: Iterable[Path | str]) -> dict[str, dict[str, set[
 
 def stale_kernels(problems: list[ConvProblem], settings: BenchSettings, measured: dict[str, dict[str, set[str]]],
                   current: dict[str, str]) -> dict[str, list[str]]:
-    """For a refresh sweep: problem key -> the rule set's applicable kernels (of ``settings.families``)
-    without a row of the build in use (``current``: the registry's build ids), for the problems measured
-    in ``measured``: kernels whose code changed since, and kernels added since."""
+    """For a refresh sweep: problem key -> the rule set's applicable kernels (of ``settings.families``
+    and ``settings.kernels``) without a row of the build in use (``current``: the registry's build ids),
+    for the problems measured in ``measured``: kernels whose code changed since, and kernels added since."""
     from tiledispatch.native.rules import rule_set_configs
     from tiledispatch.native.support import is_supported
 

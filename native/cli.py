@@ -155,11 +155,18 @@ def bench_main(argv: list[str]) -> int:
                              "--out (a folder of its own, whose rows replace theirs in training)")
     parser.add_argument("--families", default="", metavar="F1,F2",
                         help="measure only these kernel families (e.g. dwroll: a completion sweep of a new family)")
+    parser.add_argument("--kernels", default="", metavar="REGEX",
+                        help="measure only kernels whose name REGEX matches (re.search; e.g. '_sk(?!1_)' for the "
+                             "split-K kernels)")
     args = parser.parse_args(argv)
     families = tuple(_csv(args.families) or ())
     unknown = sorted(set(families) - {f.value for f in Family})
     if unknown:
         parser.error(f"--families: unknown {unknown}; families: {[f.value for f in Family]}")
+    try:
+        re.compile(args.kernels)
+    except re.error as error:
+        parser.error(f"--kernels: not a regular expression ({error}): {args.kernels!r}")
     if args.complete and (args.max_kernels or args.oracle_only):
         parser.error("--complete measures every missing kernel fully: drop --max-kernels and --oracle-only")
     if args.refresh and (args.max_kernels or args.oracle_only or args.complete):
@@ -178,7 +185,7 @@ def bench_main(argv: list[str]) -> int:
     settings = BenchSettings(cache_dir=str(args.cache_dir), arch=args.arch, rule_set=args.rule_set,
                              oracle_only=args.oracle_only,
                              include_cudnn=not (args.no_cudnn or args.complete or args.refresh),
-                             max_kernels=args.max_kernels, seed=args.seed, families=families,
+                             max_kernels=args.max_kernels, seed=args.seed, families=families, kernels=args.kernels,
                              **(dict(event_timing=False, budget_us=5_000.0, graph_replays=3) if args.training else {}))
     # SIGTERM (e.g. `timeout` ending a sitting) unwinds like an exception, so the sweep's `finally`
     # writes the rows measured since the last shard instead of losing them.

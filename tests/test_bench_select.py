@@ -52,3 +52,34 @@ def test_bench_cli_refuses_an_unknown_family(capsys):
     with pytest.raises(SystemExit):
         main(["bench", "--synthetic", "1", "--out", "/nonexistent", "--families", "dwroll,warp9"])
     assert "--families: unknown ['warp9']" in capsys.readouterr().err
+
+
+SMALL_DENSE = ConvProblem.from_key("fwd|bf16|2d|n1|g1|c256|k256|in14x14|f3x3|s1x1|d1x1|pb1x1|pe1x1")
+
+
+def test_a_kernel_pattern_narrows_the_sweep_and_its_completion_to_the_split_k_kernels():
+    registry = SimpleNamespace(configs=rule_set_configs("default"))
+    split_k = bench.BenchSettings(cache_dir="unused", kernels="_sk(?!1_)")
+    chosen = bench.select_configs(SMALL_DENSE, registry, split_k)
+    assert chosen and all(c.split_k > 1 for c in chosen)
+    every = bench.select_configs(SMALL_DENSE, registry, bench.BenchSettings(cache_dir="unused"))
+    assert {c.name for c in chosen} == {c.name for c in every if c.split_k > 1}
+    # a problem measured before the split-K kernels existed: the completion measures them and nothing else
+    measured = {SMALL_DENSE.key: {every[0].name} if every[0].split_k == 1 else set()}
+    missing = bench.missing_kernels([SMALL_DENSE], split_k, measured)
+    assert sorted(missing[SMALL_DENSE.key]) == sorted(c.name for c in chosen)
+    # families and the pattern both apply
+    igemm_split_k = bench.BenchSettings(cache_dir="unused", kernels="_sk(?!1_)", families=("igemm",))
+    igemm = bench.select_configs(SMALL_DENSE, registry, igemm_split_k)
+    assert igemm and {c.family.value for c in igemm} == {"igemm"} and all(c.split_k > 1 for c in igemm)
+    assert len(igemm) < len(every)
+
+
+def test_bench_cli_refuses_a_bad_kernel_pattern(capsys):
+    import pytest
+
+    from tiledispatch.native.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["bench", "--synthetic", "1", "--out", "/nonexistent", "--kernels", "_sk(4"])
+    assert "--kernels: not a regular expression" in capsys.readouterr().err

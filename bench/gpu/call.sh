@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# One device call (GPU machine, repo root): $1 = synth | complete | torch | tests. Writes $OUT/results.tar.gz.
+# Each builds the default registry first (16 workers; a warm machine's second build does nothing) and stops
+# its sweeps by the call's deadline ($T0 + $DEADLINE_S, default 560 s); sweeps resume on the next call.
+#   synth:    100 synthetic problems x 3 directions (seed 7, --oracle-only) and their report; the sweep folder is
+#             .carry/synthetic, carried from call to call so that a second call resumes it.
+#   complete: the split-K forward/backward-data kernels on the bf16 training and validation problems already
+#             measured (completion sweeps, training timing), then whatever is left of synth.
+#   torch:    the PyTorch integration's GPU tests, the e2e benchmark eager + CUDA graphs (+ host profile).
+#   tests:    every kernel GPU test.
+# (Session 10 ran this script as bench/gpu/s10_call.sh with modes tests | dev | torch.)
+# TILEDISPATCH_GIT_COMMIT must name the commit the tree is (the copied .git is stale).
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+WORK=/tmp/tdwork; REG=$WORK/registry; mkdir -p "$WORK/logs"
+for pair in native:native models:models server:server client:client v1:proto/tiledispatch/v1; do
+  ln -sfn "$PWD/${pair#*:}" "tiledispatch/${pair%%:*}"
+done
+export PYTHONPATH=$PWD TILEDISPATCH_SHARED_DIR=$PWD/.shared
+# An executable, not a function, so that `timeout` can run it.
+printf '#!/bin/sh\nexec python3 -m tiledispatch.cli "$@"\n' > /tmp/td && chmod +x /tmp/td && export PATH=/tmp:$PATH
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c "import torch, triton; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version(), 'triton', triton.__version__)"; echo "commit $TILEDISPATCH_GIT_COMMIT"; } | tee "$WORK/logs/env.txt"
+start=$(date +%s)
+left() { echo $(( ${DEADLINE_S:-560} - ($(date +%s) - ${T0:-$start}) )); }
+( time td registry build --rule-set default --arch sm_90 --workers "$(nproc)" --cache-dir "$REG" --allow-failures ) > "$WORK/logs/build_default.txt" 2>&1
+grep -v "^\s*\[" "$WORK/logs/build_default.txt" | tail -6
+SYN=$PWD/.carry/synthetic
+synth() {
+  mkdir -p "$SYN"
+  timeout "$(left)" td bench --synthetic 100 --seed 7 --oracle-only --cache-dir "$REG" --out "$SYN" >> "$WORK/logs/bench_synth.txt" 2>&1; echo "synth rc $?"; tail -2 "$WORK/logs/bench_synth.txt"
+  python3 bench/report.py "$SYN" --out "$WORK/report_synthetic" --title "Synthetic problems: tiledispatch vs cuDNN (bf16)" 2>&1 | tail -2
+  grep -A9 "^## Targets" "$WORK/report_synthetic/report.md"
+  cp -r "$SYN" "$WORK/synthetic"
+}
+case ${1:?synth, complete, torch or tests} in
+  synth) synth ;;
+  complete)
+    M=models/data/measured
+    for kind in train validation; do
+      for d in fwd bwd_data; do
+        if [ $kind = train ]; then s5=$M/h200_s5/train_$d; else s5=$M/h200_s5/complete_validation_$d; fi
+        folders="$M/h200_s3/${kind}_$d $M/h200_s4/${kind}_$d $s5 $M/h200_s6/complete_${kind}_$d $M/h200_s6/complete_prefetch_${kind}_$d $M/h200_s8/refresh_${kind}_$d"
+        # shellcheck disable=SC2086
+        timeout "$(left)" td bench --problems models/data/problems/${kind}_$d.json --direction $d --complete $folders \
+          --kernels '_sk(?!1_)' --training --cache-dir "$REG" --out "$WORK/complete_splitk_${kind}_$d" > "$WORK/logs/complete_splitk_${kind}_$d.txt" 2>&1
+        echo "complete $kind $d rc $?"; grep -E "^bench: completing" "$WORK/logs/complete_splitk_${kind}_$d.txt"; tail -1 "$WORK/logs/complete_splitk_${kind}_$d.txt"
+      done
+    done
+    [ -d "$SYN" ] && [ "$(left)" -gt 60 ] && synth
+    ;;
+  torch)
+    TILEDISPATCH_REGISTRY_DIR="$REG" timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/integrations/test_torch_gpu.py ${TORCH_TESTS:+-k "$TORCH_TESTS"} > "$WORK/logs/gpu_tests_torch.txt" 2>&1; tail -3 "$WORK/logs/gpu_tests_torch.txt"
+    TILEDISPATCH_REGISTRY_DIR="$REG" timeout "$(left)" python3 bench/torch_e2e.py --cuda-graph ${E2E_ARGS:-} --models ${MODELS:-mobilenet_v2,convnext_tiny,resnext50_32x4d} --batches ${BATCHES:-32,128} --steps 10 --rounds ${ROUNDS:-5} --warmup ${WARMUP:-3} --out-dir "$WORK/torch_e2e" > "$WORK/logs/torch_e2e.txt" 2>&1; echo "e2e rc $?"; grep -E "batch|speedup|CUDA graphs" "$WORK/logs/torch_e2e.txt" | tail -20
+    ;;
+  tests)
+    TILEDISPATCH_TEST_REGISTRY="$REG" timeout "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_gpu.py > "$WORK/logs/gpu_tests_kernels.txt" 2>&1
+    tail -3 "$WORK/logs/gpu_tests_kernels.txt"
+    ;;
+esac
+tar -czf "$OUT/results.tar.gz" -C "$WORK" --exclude=registry . 2>/dev/null
+echo "elapsed $(( $(date +%s) - start )) s"
