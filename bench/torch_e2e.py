@@ -36,8 +36,10 @@ CUDA-graph training loop sees: eager steps of small batches are host-bound (the 
 Python that launches the next kernel), a graph replay launches no Python, so its time is the
 device's alone (kernels, and the gaps between them inside the graph):
 
-* per run (cuDNN; the swapped model under ``ours``; under ``fastest``) its own graphs, since the
-  policy decides which kernels a capture records: the training step (grads zeroed in the graph by one
+* per run (cuDNN; the swapped model under ``ours``; under ``fastest`` as decided for eager steps, on
+  device + host time per call; under ``fastest`` with the runtime's ``cost="device"``, the same
+  decisions re-derived from device time alone, nothing timed again: ``fastest_device``) its own graphs,
+  since the policy decides which kernels a capture records: the training step (grads zeroed in the graph by one
   ``torch._foreach_zero_`` over the existing ``.grad`` tensors, i.e. ``zero_grad(set_to_none=False)``,
   so every replay writes the same gradient tensors; forward; cross-entropy; backward) and the forward
   step (eval, ``inference_mode``), on the same static input and labels as the eager steps;
@@ -49,7 +51,7 @@ device's alone (kernels, and the gaps between them inside the graph):
   stream, each replay reading only tensors from outside the pool: parameters, their ``.grad``,
   batch-norm buffers, input and labels);
 * timing: CUDA events around ``--steps`` back-to-back replays in ``--rounds`` rounds alternating
-  cuDNN, ours and fastest (as in eager mode); median and min per replay, speedup = cuDNN's replay
+  cuDNN, ours, fastest and fastest_device (as in eager mode); median and min per replay, speedup = cuDNN's replay
   over the swapped model's;
 * also reported: how many of our kernel calls each capture recorded (proof that the graph runs ours),
   each run's eager-over-graph time ratio (its host-bound share), and how many ``fastest`` decisions
@@ -160,6 +162,8 @@ def summarize(times: dict[str, list[float]]) -> dict:
                  for k, v in times.items() if v}
     out["speedup"] = speedup(out, "ours")
     out["speedup_fastest"] = speedup(out, "fastest")
+    if "fastest_device" in out:
+        out["speedup_fastest_device"] = speedup(out, "fastest_device")
     return out
 
 
@@ -172,7 +176,10 @@ def speedup(summary: dict, label: str) -> float | None:
 
 
 # ---- CUDA-graph mode (--cuda-graph) ------------------------------------------------------------------------
-GRAPH_RUNS = ("cudnn", *POLICIES)  # one set of graphs per run: the policy decides what a capture records
+# One set of graphs per run: the policy (and, for fastest_device, the runtime's cost) decides what a
+# capture records.
+GRAPH_RUNS = ("cudnn", *POLICIES, "fastest_device")
+GRAPH_SWAPPED = GRAPH_RUNS[1:]
 STEP_KINDS = ("train", "forward")
 
 
@@ -254,8 +261,9 @@ def _graph_mode(cudnn, ours, x, labels, eager: dict, args) -> dict:
         steps = _graph_steps(model, x, labels)
         for kind in STEP_KINDS:
             model.train(kind == "train")
-            if label != "cudnn":
-                runtime.policy = label  # before the warm-up: the capture records this policy's kernels
+            if label != "cudnn":  # before the warm-up: the capture records this policy's kernels
+                runtime.policy = "fastest" if label == "fastest_device" else label
+                runtime.cost = "device" if label == "fastest_device" else "total"
             previous = torch.cuda.current_stream()
             try:
                 _warm_up(steps[kind], stream, warmup)
@@ -269,6 +277,7 @@ def _graph_mode(cudnn, ours, x, labels, eager: dict, args) -> dict:
                 with contextlib.suppress(Exception):
                     torch.cuda.set_stream(previous)  # graph.__exit__ may not have restored it
                     torch.cuda.synchronize()
+    runtime.cost = "total"
     result: dict = {"warmup_steps": warmup, "errors": errors, "our_calls_captured": our_calls,
                     "undecided_problems": sum(e.decision is None for e in runtime.entries()),
                     "device_only_flips": device_only_flips(dispatch_report())}
@@ -512,28 +521,33 @@ def graph_table(results: list[dict]) -> list[str]:
              "rounds as above. A replay runs no Python: these are device times, what a CUDA-graph training loop "
              "sees (the eager table includes the host's launch cost wherever the GPU waited on it). Each run "
              "replays its own graphs; `fastest` replays the decisions made in eager mode on device + host time "
-             "per call. Speedup = cuDNN's replay time / the swapped model's (> 1: faster than cuDNN). "
-             "Eager / graph: the eager step's time over the replay's (its host-bound share). Our calls captured: "
-             "our kernel calls each training graph recorded (ours / fastest). Device-only flips: `fastest` "
-             "decisions that device time alone would reverse (to ours / to cuDNN).", "",
-             "| model | batch | fwd cuDNN ms | fwd ours ms | fwd fastest ms | fwd speedup ours | fwd speedup fastest "
-             "| train cuDNN ms | train ours ms | train fastest ms | train speedup ours | train speedup fastest "
+             "per call; *fastest (device)*: the same decisions re-derived from device time alone (the runtime's "
+             "`cost=\"device\"`, nothing timed again), the setting for CUDA-graph code. Speedup = cuDNN's replay "
+             "time / the swapped model's (> 1: faster than cuDNN). Eager / graph: the eager step's time over the "
+             "replay's (its host-bound share). Our calls captured: our kernel calls each training graph recorded "
+             "(ours / fastest / fastest (device)). Device-only flips: `fastest` decisions that device time alone "
+             "reverses (to ours / to cuDNN).", "",
+             "| model | batch | fwd cuDNN ms | fwd ours ms | fwd fastest ms | fwd fastest (device) ms "
+             "| fwd speedup ours | fwd speedup fastest | fwd speedup fastest (device) "
+             "| train cuDNN ms | train ours ms | train fastest ms | train fastest (device) ms "
+             "| train speedup ours | train speedup fastest | train speedup fastest (device) "
              "| train eager / graph (cuDNN, ours, fastest) | our calls captured | device-only flips | notes |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         g = r["graph"]
         if "error" in g:
-            lines.append(f"| {r['model']} | {r['batch']} |" + " |" * 13 + f" {_cell(g['error'])} |")
+            lines.append(f"| {r['model']} | {r['batch']} |" + " |" * 17 + f" {_cell(g['error'])} |")
             continue
         cells = []
         for kind in ("forward", "train"):
             m = g.get(kind) or {}
             cells += [_ms(m[label]["median_ms"] if label in m else None) for label in GRAPH_RUNS]
-            cells += [_ms(m.get("speedup")), _ms(m.get("speedup_fastest"))]
+            cells += [_ms(m.get(_speedup_key(label))) for label in GRAPH_SWAPPED]
         ratios = g.get("eager_over_graph", {}).get("train", {})
-        cells.append(" / ".join(_ms(ratios.get(label)) for label in GRAPH_RUNS))
+        cells.append(" / ".join(_ms(ratios.get(label)) for label in ("cudnn", *POLICIES)))
         calls = g.get("our_calls_captured", {})
-        cells.append(" / ".join(str(calls[p]["train"]) if "train" in calls.get(p, {}) else "—" for p in POLICIES))
+        cells.append(" / ".join(str(calls[p]["train"]) if "train" in calls.get(p, {}) else "—"
+                                for p in GRAPH_SWAPPED))
         flips = g.get("device_only_flips", {})
         cells.append(f"{flips.get('to_ours', 0)} / {flips.get('to_pytorch', 0)}")
         notes = [f"{where}: {error}" for where, error in g.get("errors", {}).items()]
@@ -543,9 +557,11 @@ def graph_table(results: list[dict]) -> list[str]:
         lines.append(f"| {r['model']} | {r['batch']} | " + " | ".join(cells) + " |")
     grouped = [r for r in rows if r["mostly_grouped"] and "error" not in r["graph"]]
     if grouped:
-        met = {p: sum((r["graph"].get("train", {}).get(_speedup_key(p)) or 0) > 1 for r in grouped) for p in POLICIES}
+        met = {p: sum((r["graph"].get("train", {}).get(_speedup_key(p)) or 0) > 1 for r in grouped)
+               for p in GRAPH_SWAPPED}
         lines += ["", "Target under CUDA graphs (training replay faster than cuDNN's on every mostly-grouped/depthwise "
-                  "model and batch): " + ", ".join(f"{p}: {met[p]} of {len(grouped)} met" for p in POLICIES) + "."]
+                  "model and batch): " + ", ".join(f"{p}: {met[p]} of {len(grouped)} met" for p in GRAPH_SWAPPED)
+                  + "."]
     return lines
 
 
@@ -553,8 +569,9 @@ def graph_summary(graph: dict) -> str:
     """One line of a case's ``--cuda-graph`` figures (the console's)."""
     if "error" in graph:
         return graph["error"]
-    parts = [f"{kind} replay speedup ours / fastest {_ms((graph.get(kind) or {}).get('speedup'))} / "
-             f"{_ms((graph.get(kind) or {}).get('speedup_fastest'))}" for kind in ("forward", "train")]
+    parts = [f"{kind} replay speedup ours / fastest / fastest (device) "
+             + " / ".join(_ms((graph.get(kind) or {}).get(_speedup_key(label))) for label in GRAPH_SWAPPED)
+             for kind in ("forward", "train")]
     if graph.get("errors"):
         parts.append("capture failed: " + "; ".join(f"{k}: {_cell(v, 200)}" for k, v in graph["errors"].items()))
     return ", ".join(parts)

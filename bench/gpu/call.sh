@@ -6,7 +6,8 @@
 #             .carry/synthetic, carried from call to call so that a second call resumes it.
 #   complete: the split-K forward/backward-data kernels on the bf16 training and validation problems already
 #             measured (completion sweeps, training timing), then whatever is left of synth.
-#   torch:    the PyTorch integration's GPU tests, the e2e benchmark eager + CUDA graphs (+ host profile).
+#   torch:    the PyTorch integration's and the service's GPU tests (the service needs grpcio >= 1.85.1 and its
+#             companions: wheels in .whl), the e2e benchmark eager + CUDA graphs (TESTS=0: no tests; E2E=0: no e2e).
 #   tests:    every kernel GPU test.
 # (Session 10 ran this script as bench/gpu/s10_call.sh with modes tests | dev | torch.)
 # TILEDISPATCH_GIT_COMMIT must name the commit the tree is (the copied .git is stale).
@@ -52,8 +53,11 @@ case ${1:?synth, complete, torch or tests} in
     [ -d "$SYN" ] && [ "$(left)" -gt 60 ] && synth
     ;;
   torch)
-    TILEDISPATCH_REGISTRY_DIR="$REG" timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/integrations/test_torch_gpu.py ${TORCH_TESTS:+-k "$TORCH_TESTS"} > "$WORK/logs/gpu_tests_torch.txt" 2>&1; tail -3 "$WORK/logs/gpu_tests_torch.txt"
-    TILEDISPATCH_REGISTRY_DIR="$REG" timeout "$(left)" python3 bench/torch_e2e.py --cuda-graph ${E2E_ARGS:-} --models ${MODELS:-mobilenet_v2,convnext_tiny,resnext50_32x4d} --batches ${BATCHES:-32,128} --steps 10 --rounds ${ROUNDS:-5} --warmup ${WARMUP:-3} --out-dir "$WORK/torch_e2e" > "$WORK/logs/torch_e2e.txt" 2>&1; echo "e2e rc $?"; grep -E "batch|speedup|CUDA graphs" "$WORK/logs/torch_e2e.txt" | tail -20
+    if [ "${TESTS:-1}" != 0 ]; then
+      TILEDISPATCH_REGISTRY_DIR="$REG" timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/integrations/test_torch_gpu.py tests/integrations/test_torch_dispatch.py ${TORCH_TESTS:+-k "$TORCH_TESTS"} > "$WORK/logs/gpu_tests_torch.txt" 2>&1; tail -3 "$WORK/logs/gpu_tests_torch.txt"
+      TILEDISPATCH_REGISTRY_DIR="$REG" timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/service/test_gpu_server.py > "$WORK/logs/gpu_tests_service.txt" 2>&1; tail -3 "$WORK/logs/gpu_tests_service.txt"
+    fi
+    [ "${E2E:-1}" = 0 ] || TILEDISPATCH_REGISTRY_DIR="$REG" timeout "$(left)" python3 bench/torch_e2e.py --cuda-graph ${E2E_ARGS:-} --models ${MODELS:-mobilenet_v2,convnext_tiny,resnext50_32x4d} --batches ${BATCHES:-32,128} --steps 10 --rounds ${ROUNDS:-5} --warmup ${WARMUP:-3} --out-dir "$WORK/torch_e2e" > "$WORK/logs/torch_e2e.txt" 2>&1; echo "e2e rc $?"; grep -E "batch|speedup|CUDA graphs" "$WORK/logs/torch_e2e.txt" | tail -20
     ;;
   tests)
     TILEDISPATCH_TEST_REGISTRY="$REG" timeout "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_gpu.py > "$WORK/logs/gpu_tests_kernels.txt" 2>&1

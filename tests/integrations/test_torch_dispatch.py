@@ -128,7 +128,7 @@ def test_pytorch_faster_is_decided_once_per_problem_then_dispatched(fastest, cap
     assert len(lines) == 3
     for r in report:
         assert any(r["problem"] in line and r["kernel"] in line and "3.0000 ms" in line and "1.0000 ms" in line
-                   and line.endswith("-> PyTorch") for line in lines), (r, lines)
+                   and line.endswith("-> PyTorch (cost total)") for line in lines), (r, lines)
 
     caplog.clear()
     with caplog.at_level(logging.INFO, logger=LOGGER):
@@ -225,6 +225,69 @@ def test_decide_weighs_device_plus_host():
     decision = decide(lambda run, device: next(answers), None, None, cpu)
     assert decision.impl == "ours" and decision.ours_host_ms == decision.pytorch_host_ms == 0.0
     assert Decision("ours", 1.0, 2.0, 0.0).speedup == 2.0  # positional construction as before
+
+
+def test_cost_from_configure_env_and_default(monkeypatch):
+    from tiledispatch.integrations import torch_dispatch as dispatch
+    from tiledispatch.integrations.torch_runtime import Runtime
+
+    monkeypatch.delenv(dispatch.COST_ENV, raising=False)
+    assert Runtime().cost == "total"
+    monkeypatch.setenv(dispatch.COST_ENV, " Device ")
+    assert Runtime().cost == "device"
+    assert Runtime(cost="total").cost == "total"  # the argument wins over the environment
+    monkeypatch.setenv(dispatch.COST_ENV, "host")
+    with pytest.raises(ValueError, match="cost: must be one of"):
+        Runtime()
+    runtime = Runtime(cost="total")
+    with pytest.raises(ValueError, match="cost: must be one of"):
+        runtime.cost = "wall"
+
+
+def test_decide_on_device_time_alone():
+    from tiledispatch.integrations.torch_dispatch import Timing, decide
+
+    cpu = torch.device("cpu")
+    answers = iter([Timing(0.010, 0.030), Timing(0.012, 0.008)])
+    decision = decide(lambda run, device: next(answers), None, None, cpu, "device")
+    assert decision.impl == "ours" and decision.cost == "device"  # 2 µs faster on the device wins
+    assert decision.speedup == pytest.approx(0.012 / 0.010)
+    assert decision.under("total").impl == "pytorch" and decision.under("total").speedup == pytest.approx(0.5)
+    assert decision.under("device") is decision
+
+
+def test_changing_the_cost_rederives_the_decisions_without_timing(fastest, caplog):
+    """A host-bound problem: PyTorch's under ``total``; switching to ``device`` (before a CUDA-graph
+    capture) sends it to ours with no new timing, and back again."""
+    from tiledispatch.integrations.torch_dispatch import Timing
+
+    runtime, timer, spy = fastest()
+    runtime.timer = FakeTimer(Timing(0.010, 0.030), Timing(0.012, 0.008))
+    conv, x = _conv(), torch.randn(1, 4, 4, 4)
+    with torch.no_grad():
+        conv(x)
+        assert spy.calls == 0 and [r["impl"] for r in runtime.dispatch_report()] == ["pytorch"]
+        runtime.cost = "device"
+        conv(x)  # the TileConv's kept resolution is dropped with the setting
+        assert spy.calls == 1 and runtime.timer.calls == 2
+        [report] = runtime.dispatch_report()
+        assert report["impl"] == "ours" and report["cost"] == "device"
+        runtime.cost = "total"
+        conv(x)
+    assert spy.calls == 1 and runtime.timer.calls == 2
+    assert [r["impl"] for r in runtime.dispatch_report()] == ["pytorch"]
+
+
+def test_a_device_cost_runtime_decides_on_device_time(fastest, caplog):
+    from tiledispatch.integrations.torch_dispatch import Timing
+
+    runtime, timer, spy = fastest(cost="device")
+    runtime.timer = FakeTimer(Timing(0.010, 0.030), Timing(0.012, 0.008))
+    with caplog.at_level(logging.INFO, logger=LOGGER), torch.no_grad():
+        _conv()(torch.randn(1, 4, 4, 4))
+    assert spy.calls == 1 and [r["impl"] for r in runtime.dispatch_report()] == ["ours"]
+    [line] = _decision_lines(caplog)
+    assert line.endswith("-> ours (cost device)")
 
 
 @pytest.mark.gpu

@@ -78,10 +78,11 @@ def _result(model="mobilenet_v2", batch=32, graph=None, grouped=True) -> dict:
 def _graph(**changes) -> dict:
     graph = {"warmup_steps": 3, "errors": {}, "undecided_problems": 0,
              "our_calls_captured": {"cudnn": {"train": 0, "forward": 0}, "ours": {"train": 51, "forward": 17},
-                                    "fastest": {"train": 30, "forward": 9}},
+                                    "fastest": {"train": 30, "forward": 9},
+                                    "fastest_device": {"train": 25, "forward": 8}},
              "device_only_flips": {"to_ours": 2, "to_pytorch": 1},
-             "forward": e2e.summarize({"cudnn": [2.0], "ours": [1.6], "fastest": [1.0]}),
-             "train": e2e.summarize({"cudnn": [8.0], "ours": [10.0], "fastest": [6.4]})}
+             "forward": e2e.summarize({"cudnn": [2.0], "ours": [1.6], "fastest": [1.0], "fastest_device": [0.8]}),
+             "train": e2e.summarize({"cudnn": [8.0], "ours": [10.0], "fastest": [6.4], "fastest_device": [5.0]})}
     graph["eager_over_graph"] = e2e.eager_over_graph(_result(), graph)
     graph.update(changes)
     return graph
@@ -106,14 +107,16 @@ def test_no_graph_table_without_graph_figures():
 def test_graph_table_row():
     lines = e2e.graph_table([_result(graph=_graph())])
     header, rows = _table(lines)
-    assert len(header) == 16 and header[-1] == "notes"
+    assert len(header) == 20 and header[-1] == "notes"
     (row,) = rows
     assert row[:2] == ["mobilenet_v2", "32"]
-    assert row[2:7] == ["2.00", "1.60", "1.00", "1.25", "2.00"]        # forward: times, speedup ours, fastest
-    assert row[7:12] == ["8.00", "10.00", "6.40", "0.80", "1.25"]      # training
-    assert row[12] == "1.25 / 1.20 / 1.41"                             # eager / graph: 10/8, 12/10, 9/6.4
-    assert row[13] == "51 / 30" and row[14] == "2 / 1" and row[15] == ""
-    assert lines[-1].startswith("Target under CUDA graphs") and "ours: 0 of 1 met, fastest: 1 of 1 met" in lines[-1]
+    # forward: cuDNN, ours, fastest, fastest (device) times; speedups of the three swapped runs
+    assert row[2:9] == ["2.00", "1.60", "1.00", "0.80", "1.25", "2.00", "2.50"]
+    assert row[9:16] == ["8.00", "10.00", "6.40", "5.00", "0.80", "1.25", "1.60"]  # training
+    assert row[16] == "1.25 / 1.20 / 1.41"                             # eager / graph: 10/8, 12/10, 9/6.4
+    assert row[17] == "51 / 30 / 25" and row[18] == "2 / 1" and row[19] == ""
+    assert lines[-1].startswith("Target under CUDA graphs")
+    assert "ours: 0 of 1 met, fastest: 1 of 1 met, fastest_device: 1 of 1 met" in lines[-1]
 
 
 def test_graph_table_with_a_failed_capture():
@@ -125,10 +128,10 @@ def test_graph_table_with_a_failed_capture():
     graph["eager_over_graph"] = e2e.eager_over_graph(_result(), graph)
     header, (row,) = _table(e2e.graph_table([_result(graph=graph)]))
     assert len(row) == len(header)
-    assert row[7:12] == ["8.00", "—", "6.40", "—", "1.25"]
-    assert row[12] == "1.25 / — / 1.41" and row[13] == "— / 30"
-    assert "ours train: RuntimeError: CUDA error: operation not permitted" in row[15]
-    assert "|" not in row[15] and "\n" not in row[15] and "2 problems undecided at capture" in row[15]
+    assert row[9:16] == ["8.00", "—", "6.40", "—", "—", "1.25", "—"]
+    assert row[16] == "1.25 / — / 1.41" and row[17] == "— / 30 / —"
+    assert "ours train: RuntimeError: CUDA error: operation not permitted" in row[19]
+    assert "|" not in row[19] and "\n" not in row[19] and "2 problems undecided at capture" in row[19]
 
 
 def test_graph_table_with_a_case_whose_graph_part_failed():
@@ -166,14 +169,14 @@ def test_markdown_keeps_the_eager_tables_and_adds_the_graph_table_last():
     graph = text.index("## CUDA-graph replay (device-bound)")
     assert eager < text.index("## Selection") < text.index("## Dispatch under `fastest`") < graph
     assert "Target (training step faster than cuDNN" in text[:graph]
-    assert text.rstrip().endswith("fastest: 1 of 1 met.")
+    assert text.rstrip().endswith("fastest: 1 of 1 met, fastest_device: 1 of 1 met.")
 
 
 def test_graph_summary_line():
     assert e2e.graph_summary({"error": "boom"}) == "boom"
     line = e2e.graph_summary(_graph(errors={"ours train": "RuntimeError: x"}))
-    assert line.startswith("forward replay speedup ours / fastest 1.25 / 2.00, train replay speedup ours / fastest "
-                           "0.80 / 1.25")
+    assert line.startswith("forward replay speedup ours / fastest / fastest (device) 1.25 / 2.00 / 2.50, train "
+                           "replay speedup ours / fastest / fastest (device) 0.80 / 1.25 / 1.60")
     assert line.endswith("capture failed: ours train: RuntimeError: x")
 
 
@@ -264,30 +267,33 @@ def test_graph_mode_captures_every_run_and_records_a_failed_capture(fail_at, run
     seen = []  # (run, model in training, captured, grads all zero) of each warm-up and captured step
     for model in (cudnn, ours):
         model.register_forward_pre_hook(lambda m, args: seen.append(
-            ("cudnn" if m is cudnn else runtime.policy, m.training, fake.capturing,
+            ("cudnn" if m is cudnn else f"{runtime.policy}/{runtime.cost}", m.training, fake.capturing,
              all(p.grad is None or not p.grad.any() for p in m.parameters()))))
     args = argparse.Namespace(warmup=1, rounds=3, steps=4)
     eager = {kind: {label: _run(2.0) for label in e2e.GRAPH_RUNS} for kind in e2e.STEP_KINDS}
     result = e2e._graph_mode(cudnn, ours, x, labels, eager, args)
 
-    assert fake.captures == 6 and result["warmup_steps"] == 2  # at least 2: the 2nd zeroes every .grad
+    assert fake.captures == 8 and result["warmup_steps"] == 2  # at least 2: the 2nd zeroes every .grad
     failed = fail_at is not None
     captured = [(run, training) for run, training, capturing, _ in seen if capturing]
-    expected = [(run, training) for run in e2e.GRAPH_RUNS for training in (True, False)]
+    runs = ("cudnn", "ours/total", "fastest/total", "fastest/device")  # GRAPH_RUNS as policy/cost
+    expected = [(run, training) for run in runs for training in (True, False)]
     assert captured == [c for i, c in enumerate(expected) if i != fail_at]  # each run under its own policy
-    assert len(seen) == len(captured) + 6 * 2  # 2 warm-up steps before each capture
+    assert len(seen) == len(captured) + 8 * 2  # 2 warm-up steps before each capture
+    assert runtime.cost == "total"  # set back after the device-cost run
     assert all(zeroed for _, training, capturing, zeroed in seen if capturing and training)
     assert result["errors"] == ({"ours train": "RuntimeError: CUDA error: operation not permitted when stream is "
                                                "capturing"} if failed else {})
-    timed = [i for i in range(6) if i != fail_at]
+    timed = [i for i in range(8) if i != fail_at]
     assert fake.replays == {i: args.warmup + args.rounds * args.steps for i in timed}
     assert result["our_calls_captured"]["cudnn"] == {"train": 0, "forward": 0}
     assert ("train" in result["our_calls_captured"]["ours"]) is not failed
     assert result["train"]["speedup"] == (None if failed else 1.0) and result["train"]["speedup_fastest"] == 1.0
+    assert result["train"]["speedup_fastest_device"] == 1.0
     assert result["forward"]["speedup"] == 1.0
     assert result["train"]["cudnn"]["median_ms"] == 1.0 / args.steps  # per replay
     ratio = 2.0 / (1.0 / args.steps)
-    assert result["eager_over_graph"]["train"] == ({"cudnn": ratio, "fastest": ratio} if failed
+    assert result["eager_over_graph"]["train"] == ({"cudnn": ratio, "fastest": ratio, "fastest_device": ratio} if failed
                                                    else {label: ratio for label in e2e.GRAPH_RUNS})
     assert result["undecided_problems"] == 0 and result["device_only_flips"] == {"to_ours": 0, "to_pytorch": 0}
     assert "_launch" not in vars(runtime)  # the capture's call counter is gone

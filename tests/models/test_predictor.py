@@ -240,3 +240,24 @@ def test_shipped_models_leave_the_split_k_data_kernels_unranked(name):
     assert all(configs[i].split_k == 1 for i in ranking.order)
     only = rank(model, problem, [configs[i] for i in split])
     assert sorted(only.order.tolist()) == list(range(len(split))) and only.unranked.size == 0
+
+
+@pytest.mark.parametrize("name", ["lgbm-sm_90-bf16-fwd/8", "lgbm-sm_90-bf16-bwd_data/8"])
+def test_models_trained_on_the_split_k_rows_rank_the_split_k_data_kernels(name):
+    """bf16 forward / backward-data version 8 were trained with the split-K completion rows (h200_s11): they
+    rank every split-K kernel, and on the dev suite's batch-1 dense 3x3 layer (c256, 14x14), where a split
+    kernel is 1.6-2.5x faster than any unsplit one on the H200 (bench/results/2026-11-26_h200_s10/dev_suite),
+    a split kernel comes first."""
+    from tiledispatch.models.predictor import rank
+    from tiledispatch.native.problem import ConvProblem
+    from tiledispatch.native.rules import rule_set_configs
+    from tiledispatch.native.support import is_supported
+
+    model = load(ARTIFACTS / name)
+    dtype, direction = model.dtypes[0], model.directions[0]
+    problem = ConvProblem(direction, dtype, 1, 1, 256, 256, (14, 14), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
+    configs = [c for c in rule_set_configs("default", "sm_90", directions=[direction], dtypes=[dtype], ndims=[2])
+               if is_supported(problem, c)]
+    ranking = rank(model, problem, configs)
+    assert ranking.unranked.size == 0 and any(c.split_k > 1 for c in configs)
+    assert configs[ranking.order[0]].split_k > 1

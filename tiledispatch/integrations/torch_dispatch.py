@@ -38,6 +38,16 @@ side's timed calls add up to ``budget_ms`` = 25 ms of device time; the medians a
 50 ms plus two calls of timing per problem, beyond the warm-ups, and a hold of about 0.3 ms of GPU
 time before each timed call (a model has tens of problems per direction).
 
+Cost under CUDA graphs: a replay runs no Python, so the host time a decision adds is not paid there,
+and a decision on device + host time sends to PyTorch problems whose kernel of ours is faster on the
+device (measured in ``bench/torch_e2e.py --cuda-graph``: 1–7 such decisions per model). The runtime's
+``cost`` setting says what a decision compares: ``total`` (the default: device + host time per call,
+for eager code) or ``device`` (device time alone: for code replayed as CUDA graphs —
+``torch.cuda.graph``, ``torch.compile(mode="reduce-overhead")``); ``configure(cost=...)``,
+``runtime.cost = ...`` or ``$TILEDISPATCH_TORCH_COST``. Each decision keeps both sides' device and
+host times, so changing ``cost`` re-derives every decision made so far without timing anything again
+(set it before capturing; a captured graph keeps the implementations it recorded).
+
 CUDA-graph capture: nothing can be timed while the current stream is being captured, so a problem
 first seen during capture runs our kernel and stays undecided (one INFO line) until its first call
 outside capture; a decided problem dispatches as decided. A captured graph keeps what it recorded:
@@ -51,7 +61,7 @@ import logging
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -61,6 +71,9 @@ log = logging.getLogger("tiledispatch.integrations")
 AUTO, FASTEST, OURS, PYTORCH = "auto", "fastest", "ours", "pytorch"
 POLICIES = (AUTO, FASTEST, OURS, PYTORCH)
 POLICY_ENV = "TILEDISPATCH_TORCH_POLICY"
+TOTAL, DEVICE = "total", "device"
+COSTS = (TOTAL, DEVICE)
+COST_ENV = "TILEDISPATCH_TORCH_COST"
 
 
 
@@ -91,6 +104,15 @@ def parse_policy(policy: str | None) -> str:
     return policy
 
 
+def parse_cost(cost: str | None) -> str:
+    """``cost`` checked (``None``: ``total``)."""
+    cost = (cost or TOTAL).strip().lower()
+    if cost not in COSTS:
+        raise ValueError(f"cost: must be one of {COSTS} (device + host time per call, or device time alone for "
+                         f"CUDA-graph replay), got {cost!r}")
+    return cost
+
+
 def resolve(policy: str, device: torch.device) -> str:
     """The policy in force for a call on ``device`` (``auto`` resolved)."""
     if policy != AUTO:
@@ -101,7 +123,8 @@ def resolve(policy: str, device: torch.device) -> str:
 @dataclass(frozen=True)
 class Decision:
     """Which implementation runs a problem under ``fastest``, and the times it was chosen on: device
-    and host milliseconds per call of each side (host 0 when the timer gave device times only)."""
+    and host milliseconds per call of each side (host 0 when the timer gave device times only);
+    ``cost``: what was compared (``total`` or ``device``, see the module docstring)."""
 
     impl: str                # OURS or PYTORCH
     ours_ms: float           # device
@@ -109,6 +132,17 @@ class Decision:
     seconds: float           # wall time of the decision (timing both sides, warm-ups included)
     ours_host_ms: float = 0.0
     pytorch_host_ms: float = 0.0
+    cost: str = TOTAL
+
+    def impl_for(self, cost: str) -> str:
+        """The implementation these times pick when ``cost`` is compared (ours on a tie)."""
+        if cost == DEVICE:
+            return OURS if self.ours_ms <= self.pytorch_ms else PYTORCH
+        return OURS if self.ours_total_ms <= self.pytorch_total_ms else PYTORCH
+
+    def under(self, cost: str) -> Decision:
+        """This decision re-derived for ``cost`` (no timing: both sides' times are kept)."""
+        return self if cost == self.cost else replace(self, impl=self.impl_for(cost), cost=cost)
 
     @property
     def ours_total_ms(self) -> float:
@@ -120,8 +154,11 @@ class Decision:
 
     @property
     def speedup(self) -> float:
-        """PyTorch's total (device + host) time over ours, what the decision compared (> 1: ours faster)."""
-        return self.pytorch_total_ms / self.ours_total_ms if self.ours_total_ms > 0 else float("inf")
+        """PyTorch's time over ours, what the decision compared (``cost``: device + host, or device alone;
+        > 1: ours faster)."""
+        ours, pytorch = ((self.ours_ms, self.pytorch_ms) if self.cost == DEVICE
+                         else (self.ours_total_ms, self.pytorch_total_ms))
+        return pytorch / ours if ours > 0 else float("inf")
 
 
 #: Clock cycles of the sleep kernel queued before each timed CUDA call: about 0.25–0.35 ms at
@@ -181,19 +218,19 @@ def is_capturing(device: torch.device) -> bool:
 
 
 def decide(timer: Timer, run_ours: Callable[[], Any], run_pytorch: Callable[[], Any],
-           device: torch.device) -> Decision:
-    """Time both implementations with ``timer`` and keep the one with the smaller device + host
-    time per call (ours on a tie)."""
+           device: torch.device, cost: str = TOTAL) -> Decision:
+    """Time both implementations with ``timer`` and keep the one with the smaller time per call:
+    device + host (``cost`` ``total``) or device alone (``device``); ours on a tie."""
     start = time.perf_counter()
     ours = as_timing(timer(run_ours, device))
     pytorch = as_timing(timer(run_pytorch, device))
-    impl = OURS if ours.total_ms <= pytorch.total_ms else PYTORCH
-    return Decision(impl, ours.device_ms, pytorch.device_ms, time.perf_counter() - start, ours.host_ms,
-                    pytorch.host_ms)
+    timed = Decision(OURS, ours.device_ms, pytorch.device_ms, time.perf_counter() - start, ours.host_ms,
+                     pytorch.host_ms, TOTAL)
+    return replace(timed, impl=timed.impl_for(cost), cost=cost)
 
 
 def log_decision(problem_key: str, kernel: str, decision: Decision) -> None:
     """The one INFO line of a decision (device time, then host time per call)."""
-    log.info("tiledispatch: %s: ours %.4f ms + host %.4f ms (%s), PyTorch %.4f ms + host %.4f ms -> %s",
+    log.info("tiledispatch: %s: ours %.4f ms + host %.4f ms (%s), PyTorch %.4f ms + host %.4f ms -> %s (cost %s)",
              problem_key, decision.ours_ms, decision.ours_host_ms, kernel, decision.pytorch_ms,
-             decision.pytorch_host_ms, "ours" if decision.impl == OURS else "PyTorch")
+             decision.pytorch_host_ms, "ours" if decision.impl == OURS else "PyTorch", decision.cost)

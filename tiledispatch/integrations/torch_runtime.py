@@ -194,15 +194,17 @@ class Runtime:
     ``arch``: override the compute target (default: from the GPU); ``cpu``: ``"torch"`` or
     ``"interpret"``; ``dtypes``: the tensor dtypes sent to our kernels (others go to PyTorch);
     ``policy``: ``auto``/``fastest``/``ours``/``pytorch`` (default ``$TILEDISPATCH_TORCH_POLICY``, else
-    ``auto``; see :mod:`.torch_dispatch`); ``timer``: how ``fastest`` times an implementation
-    (default :class:`~.torch_dispatch.EventTimer`; tests inject fakes).
+    ``auto``; see :mod:`.torch_dispatch`); ``cost``: what a ``fastest`` decision compares, ``total``
+    (device + host time per call: eager code) or ``device`` (device time alone: code replayed as CUDA
+    graphs) (default ``$TILEDISPATCH_TORCH_COST``, else ``total``); ``timer``: how ``fastest`` times an
+    implementation (default :class:`~.torch_dispatch.EventTimer`; tests inject fakes).
     """
 
     def __init__(self, *, target: str | None = None, mode: str = "auto", timeout_s: float | None = None,
                  registry_dir: str | Path | None = None, arch: str | None = None, rule_set: str = "default",
                  cpu: str = "torch", dtypes: tuple[torch.dtype, ...] = (torch.bfloat16, torch.float16),
                  selector: KernelSelector | None = None, client_options: dict[str, Any] | None = None,
-                 policy: str | None = None, timer: Timer | None = None):
+                 policy: str | None = None, timer: Timer | None = None, cost: str | None = None):
         self.target, self.mode, self.timeout_s = target, mode, timeout_s
         env_dir = os.environ.get("TILEDISPATCH_REGISTRY_DIR")
         self.registry_dir = Path(registry_dir) if registry_dir else (Path(env_dir) if env_dir else None)
@@ -222,6 +224,7 @@ class Runtime:
         self.cpu = cpu
         self.dtypes = dtypes
         self.policy = policy if policy is not None else os.environ.get(dispatch.POLICY_ENV)
+        self.cost = cost if cost is not None else os.environ.get(dispatch.COST_ENV)
         self.timer: Timer = timer if timer is not None else EventTimer()
 
     # The settings that decide where a call goes. Setting one bumps the entries' generation (and
@@ -236,6 +239,22 @@ class Runtime:
     def policy(self, value: str | None) -> None:
         self._policy = dispatch.parse_policy(value)
         self._entries.forget()  # routes and pytorch_serves answers applied the old policy
+
+    @property
+    def cost(self) -> str:
+        """``total`` or ``device``: what ``fastest`` decisions compare (settable: the decisions made so
+        far are re-derived from their kept times, nothing is timed again)."""
+        return self._cost
+
+    @cost.setter
+    def cost(self, value: str | None) -> None:
+        cost = dispatch.parse_cost(value)
+        self._cost = cost
+        changed = {key: replace(entry, decision=entry.decision.under(cost)) for key, entry in self._entries.items()
+                   if entry.decision is not None and entry.decision.cost != cost}
+        if changed:
+            self._entries.update(changed)
+        self._entries.forget()  # routes and pytorch_serves answers applied the old decisions
 
     @property
     def cpu(self) -> str:
@@ -408,13 +427,13 @@ class Runtime:
     def dispatch_report(self) -> list[dict[str, Any]]:
         """One dict per problem decided under ``fastest``: problem key, direction, our kernel and its
         source, the implementation chosen (``ours``/``pytorch``), both device times and both host
-        times per call in ms, PyTorch's total time over ours (``speedup``, what the decision compared)
-        and the decision's wall time (``decision_s``)."""
+        times per call in ms, what the decision compared (``cost``: ``total`` or ``device``), PyTorch's
+        time over ours by that measure (``speedup``) and the decision's wall time (``decision_s``)."""
         return [{"problem": e.problem.key, "direction": e.problem.direction.value, "kernel": e.config.name,
                  "source": e.choice.source, "backend": e.backend, "impl": e.decision.impl,
                  "ours_ms": e.decision.ours_ms, "pytorch_ms": e.decision.pytorch_ms,
                  "ours_host_ms": e.decision.ours_host_ms, "pytorch_host_ms": e.decision.pytorch_host_ms,
-                 "speedup": e.decision.speedup, "decision_s": e.decision.seconds}
+                 "cost": e.decision.cost, "speedup": e.decision.speedup, "decision_s": e.decision.seconds}
                 for e in self.entries() if e.decision is not None]
 
     def clear(self) -> None:
@@ -520,7 +539,7 @@ class Runtime:
                           "PyTorch's are timed first", entry.problem.key)
             return None
         decision = dispatch.decide(self.timer, lambda: self._launch(entry, first, second), lambda: reference(*call),
-                                   first.device)
+                                   first.device, self._cost)
         key = (direction, first.dtype, x_shape, w_shape, groups, stride, pad_begin, pad_end, dilation,
                first.device.type)
         self._entries[key] = replace(entry, decision=decision)
