@@ -343,19 +343,54 @@ def _kernel_kind(name: str) -> str:
     return "other"
 
 
+#: Host-side CUDA calls that wait for the device (or may: allocating and freeing device memory), by name part.
+_WAITING_CALLS = ("Synchronize", "Malloc", "MemAlloc", "Free", "MemcpyDtoH")
+
+
+def _waits(call: str) -> bool:
+    return call == "cudaMemcpy" or any(part in call for part in _WAITING_CALLS)
+
+
 def _profile(step, steps: int) -> dict:
-    """Where a step's time goes: CUPTI kernel records over ``steps`` steps (after one untraced step)."""
+    """Where a step's time goes: CUPTI kernel records over ``steps`` steps (after one untraced step);
+    and on the host: the time to enqueue the steps (``host_ms``, before the final synchronize: when it
+    is close to ``wall_ms`` the step is host-bound), the CUDA runtime/driver calls made per step (the
+    calls that wait for the device among them: a wait inside a step serializes host and device), and
+    the Python garbage collector's pauses."""
+    import gc
+
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     step()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        start = time.perf_counter()
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize()
-        wall_ms = (time.perf_counter() - start) * 1e3 / steps
+    pauses: list[float] = []
+    started: list[float] = []
+
+    def on_gc(phase, info):
+        if phase == "start":
+            started.append(time.perf_counter())
+        elif started:
+            pauses.append(time.perf_counter() - started.pop())
+
+    gc.callbacks.append(on_gc)
+    try:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            start = time.perf_counter()
+            for _ in range(steps):
+                step()
+            host_ms = (time.perf_counter() - start) * 1e3 / steps
+            torch.cuda.synchronize()
+            wall_ms = (time.perf_counter() - start) * 1e3 / steps
+    finally:
+        gc.callbacks.remove(on_gc)
+    api: dict[str, list[float]] = {}
+    for e in prof.events():
+        if e.device_type != DeviceType.CUDA and (e.name.startswith("cuda") or e.name.startswith("cu")):
+            api.setdefault(e.name, []).append(e.time_range.elapsed_us())
+    host_calls = [{"call": n, "calls_per_step": len(v) / steps, "us_per_step": sum(v) / steps,
+                   "waits": _waits(n)}
+                  for n, v in sorted(api.items(), key=lambda kv: -sum(kv[1]))]
     kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
     by_name: dict[str, list[float]] = {}
     kinds: dict[str, float] = {}
@@ -369,7 +404,10 @@ def _profile(step, steps: int) -> dict:
         by_name.setdefault(e.name, []).append(us)
         kinds[_kernel_kind(e.name)] = kinds.get(_kernel_kind(e.name), 0.0) + us / 1e3 / steps
     top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:12]
-    return {"wall_ms": wall_ms, "device_busy_ms": busy_us / 1e3 / steps,
+    return {"wall_ms": wall_ms, "host_ms": host_ms, "device_busy_ms": busy_us / 1e3 / steps,
+            "host_calls": host_calls[:15], "waiting_calls_per_step": sum(c["calls_per_step"] for c in host_calls
+                                                                        if c["waits"]),
+            "gc_pauses_per_step": len(pauses) / steps, "gc_ms_per_step": sum(pauses) * 1e3 / steps,
             "kernels_per_step": len(kernels) / steps, "kinds_ms": dict(sorted(kinds.items())),
             "top": [{"kernel": n, "kind": _kernel_kind(n), "calls_per_step": len(v) / steps,
                      "ms_per_step": sum(v) / 1e3 / steps} for n, v in top]}
@@ -658,20 +696,30 @@ def _profile_table(results: list[dict]) -> list[str]:
     lines = ["", "## Where a training step's time goes (`--profile`)", "",
              "CUPTI kernel records (torch.profiler) over the timed steps of each run; wall time per step includes "
              "the profiler's own overhead. Device busy: the union of kernel intervals (wall − busy: the GPU waits "
-             "on the host).", "",
-             "| model | batch | run | wall ms | device busy ms | kernels / step | "
-             + " | ".join(f"{k} ms" for k in kinds) + " |", "|---|---|---|---|---|---|" + "---|" * len(kinds)]
+             "on the host). Host: the time to enqueue a step (before the final synchronize; close to wall: "
+             "host-bound). Waiting calls: host CUDA calls per step that wait for the device or may "
+             "(synchronizations, device memory allocation and release). GC: Python garbage-collector pauses.", "",
+             "| model | batch | run | wall ms | host ms | device busy ms | waiting calls / step | GC ms / step "
+             "| kernels / step | " + " | ".join(f"{k} ms" for k in kinds) + " |",
+             "|---|---|---|---|---|---|---|---|---|" + "---|" * len(kinds)]
     for r in profiled:
         for label, p in r["profile"].items():
             kind_cells = " | ".join(f"{p['kinds_ms'].get(k, 0.0):.2f}" for k in kinds)
-            lines.append(f"| {r['model']} | {r['batch']} | {label} | {p['wall_ms']:.2f} | {p['device_busy_ms']:.2f} | "
-                         f"{p['kernels_per_step']:.0f} | {kind_cells} |")
+            host = p.get("host_ms")
+            lines.append(f"| {r['model']} | {r['batch']} | {label} | {p['wall_ms']:.2f} | {_ms(host)} | "
+                         f"{p['device_busy_ms']:.2f} | {_ms(p.get('waiting_calls_per_step'))} | "
+                         f"{_ms(p.get('gc_ms_per_step'))} | {p['kernels_per_step']:.0f} | {kind_cells} |")
     for r in profiled:
         for label, p in r["profile"].items():
             lines += ["", f"Top kernels, {r['model']} batch {r['batch']}, {label}:", "",
                       "| kernel | kind | calls / step | ms / step |", "|---|---|---|---|"]
             lines += [f"| `{t['kernel'][:90]}` | {t['kind']} | {t['calls_per_step']:.0f} | {t['ms_per_step']:.3f} |"
                       for t in p["top"]]
+            if p.get("host_calls"):
+                lines += ["", f"Host CUDA calls, {r['model']} batch {r['batch']}, {label}:", "",
+                          "| call | calls / step | µs / step | waits |", "|---|---|---|---|"]
+                lines += [f"| `{c['call']}` | {c['calls_per_step']:.1f} | {c['us_per_step']:.0f} | "
+                          f"{'yes' if c['waits'] else ''} |" for c in p["host_calls"]]
     return lines
 
 

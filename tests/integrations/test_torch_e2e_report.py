@@ -297,3 +297,29 @@ def test_graph_mode_captures_every_run_and_records_a_failed_capture(fail_at, run
                                                    else {label: ratio for label in e2e.GRAPH_RUNS})
     assert result["undecided_problems"] == 0 and result["device_only_flips"] == {"to_ours": 0, "to_pytorch": 0}
     assert "_launch" not in vars(runtime)  # the capture's call counter is gone
+
+
+@pytest.mark.parametrize(("call", "waits"), [
+    ("cudaStreamSynchronize", True), ("cudaDeviceSynchronize", True), ("cuEventSynchronize", True),
+    ("cudaMalloc", True), ("cuMemAlloc_v2", True), ("cudaFree", True), ("cudaMemcpy", True),
+    ("cuMemcpyDtoH_v2", True), ("cuLaunchKernel", False), ("cudaLaunchKernel", False),
+    ("cudaMemcpyAsync", False), ("cudaEventRecord", False)])
+def test_host_calls_that_wait_for_the_device(call, waits):
+    assert e2e._waits(call) is waits
+
+
+def test_profile_table_shows_the_host_side():
+    profile = {"wall_ms": 17.0, "host_ms": 16.5, "device_busy_ms": 12.0, "waiting_calls_per_step": 18.0,
+               "gc_ms_per_step": 0.25, "kernels_per_step": 300, "kinds_ms": {"ours": 1.5, "other": 9.0},
+               "top": [{"kernel": "_dwroll_kernel", "kind": "ours", "calls_per_step": 18, "ms_per_step": 1.5}],
+               "host_calls": [{"call": "cuLaunchKernel", "calls_per_step": 54.0, "us_per_step": 300.0, "waits": False},
+                              {"call": "cudaStreamSynchronize", "calls_per_step": 18.0, "us_per_step": 4000.0,
+                               "waits": True}]}
+    lines = e2e._profile_table([{**_result(), "profile": {"ours": profile}}])
+    header = next(line for line in lines if line.startswith("| model | batch | run |"))
+    row = next(line for line in lines if line.startswith("| mobilenet_v2 | 32 | ours |"))
+    cells = dict(zip(_cells(header), _cells(row)))
+    assert cells["host ms"] == "16.50" and cells["waiting calls / step"] == "18.00" and cells["GC ms / step"] == "0.25"
+    assert cells["ours ms"] == "1.50" and cells["kernels / step"] == "300"
+    assert "| `cudaStreamSynchronize` | 18.0 | 4000 | yes |" in lines
+    assert "| `cuLaunchKernel` | 54.0 | 300 |  |" in lines
