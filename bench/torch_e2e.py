@@ -23,9 +23,11 @@ weights (nothing downloaded; models in ``tests/integrations/models.py``):
 * selection: the first swapped training step after clearing the runtime's caches (policy ``fastest``)
   selects a kernel for every (direction, shape) (remote ``Select`` or the local ranking), without a
   registry JIT-compiles kernels, and times ours against cuDNN for each; its wall time, the selection
-  time alone and the deciding time are reported, and the mean cached lookup time of the following steps;
-* dispatch: the decisions (``dispatch_report()``), and per direction how many swapped conv calls of
-  one forward (layers; a module called twice counts twice) went to ours and to cuDNN;
+  time alone and the deciding time are reported; the second step times, once per layer shape, each
+  layer with a direction on ours both ways (as decided, and PyTorch's own convolution: see
+  ``torch_dispatch``, *Layers*); then the wall time of a third step and its mean cached lookup time;
+* dispatch: the decisions (``dispatch_report()``, ``layer_report()``), and per direction how many
+  swapped conv calls of one step (layers; a module called twice counts twice) went to ours and to cuDNN;
 * ``--profile``: after the timing, ``torch.profiler`` (CUPTI) over ``--steps`` training steps of each of
   cuDNN, ours and fastest: wall ms per step, device-busy ms per step (the union of kernel intervals:
   below the wall time the step waits on the host), kernel ms by kind (ours / cuDNN-cuBLAS convolutions
@@ -438,16 +440,26 @@ def _layer_problems(model, x) -> list[tuple[str, object]]:
 
 
 def _dispatch_summary(model, x) -> dict:
-    """The ``fastest`` decisions, and per direction the swapped conv calls (layers) sent to ours / cuDNN."""
+    """The ``fastest`` decisions, and per direction the swapped conv calls (layers) of a training step
+    sent to ours / cuDNN: a layer timed both ways that PyTorch's own convolution serves
+    (``layer_report``) counts as cuDNN in every direction, whatever its directions' decisions."""
     report = dispatch_report()
     impl = {r["problem"]: r["impl"] for r in report}
+    layer_report = get_runtime().layer_report()
+    training = [r for r in layer_report if r["grad_x"] or r["grad_w"]]  # (inference calls are timed apart)
+    native = {r["problem"] for r in training if r["native"]}
     layers = {d: {"ours": 0, "pytorch": 0, "undecided": 0} for d in DIRECTIONS}
+    native_layers = 0
     for _, problem in _layer_problems(model, x):
+        native_layers += problem.key in native
         for direction in DIRECTIONS:
-            layers[direction][impl.get(problem.with_direction(direction).key, "undecided")] += 1
+            where = "pytorch" if problem.key in native else impl.get(problem.with_direction(direction).key, "undecided")
+            layers[direction][where] += 1
     return {"problems": len(report), "to_ours": sum(r["impl"] == "ours" for r in report),
             "to_pytorch": sum(r["impl"] == "pytorch" for r in report), "layers": layers,
-            "deciding_s": sum(r["decision_s"] for r in report), "decisions": report}
+            "layers_timed": len(training), "layers_native": native_layers,
+            "deciding_s": sum(r["decision_s"] for r in report) + sum(r["decision_s"] for r in layer_report),
+            "decisions": report, "layer_decisions": layer_report}
 
 
 def run_case(name: str, batch: int, args) -> dict:
@@ -476,6 +488,10 @@ def run_case(name: str, batch: int, args) -> dict:
     torch.cuda.synchronize()
     first_s = time.perf_counter() - start
     first = runtime.selector.stats.as_dict()
+    start = time.perf_counter()
+    ours_train()  # the second step times the layers with a direction on ours, both ways (fastest, cost total)
+    torch.cuda.synchronize()
+    layers_s = time.perf_counter() - start
     runtime.selector.stats.cached = runtime.selector.stats.cached_s = 0
     start = time.perf_counter()
     ours_train()
@@ -483,7 +499,7 @@ def run_case(name: str, batch: int, args) -> dict:
     second_s = time.perf_counter() - start
     cached = runtime.selector.stats.as_dict()
     result["selection"] = {
-        "problems": first["uncached"], "first_step_s": first_s, "second_step_s": second_s,
+        "problems": first["uncached"], "first_step_s": first_s, "layer_step_s": layers_s, "second_step_s": second_s,
         "selection_first_call_s": first["uncached_s"], "selection_first_call_mean_ms": first["uncached_mean_ms"],
         "cached_lookups_per_step": cached["cached"], "cached_lookup_mean_us": cached["cached_mean_us"],
         "by_source": first["by_source"], "fallbacks": first["fallbacks"],
@@ -657,34 +673,39 @@ def _times_table(results: list[dict]) -> list[str]:
 def _selection_table(results: list[dict]) -> list[str]:
     lines = ["", "## Selection", "",
              "First swapped training step from cold caches under `fastest` (every (direction, shape) selected "
-             "once, kernels JIT-compiled there when no registry is loaded, ours timed against cuDNN) vs the "
-             "cached lookups of the next step.", "",
+             "once, kernels JIT-compiled there when no registry is loaded, ours timed against cuDNN); the second "
+             "step, which times the layers with a direction on ours both ways; and the cached lookups of a third "
+             "step. Deciding s: the time of every decision, per direction and per layer.", "",
              "| model | batch | problems | selection, first call (total ms) | mean ms / problem | source | "
-             "deciding s | first step s | second step s | cached lookup µs |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "deciding s | first step s | layer-timing step s | third step s | cached lookup µs |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         s = r["selection"]
         sources = ", ".join(f"{k}: {v}" for k, v in sorted(s["by_source"].items()))
         lines.append(f"| {r['model']} | {r['batch']} | {s['problems']} | {1e3 * s['selection_first_call_s']:.1f} | "
                      f"{s['selection_first_call_mean_ms']:.2f} | {sources} | {s.get('deciding_s', 0.0):.2f} | "
-                     f"{s['first_step_s']:.2f} | {s['second_step_s']:.3f} | {s['cached_lookup_mean_us']:.2f} |")
+                     f"{s['first_step_s']:.2f} | {_ms(s.get('layer_step_s'))} | {s['second_step_s']:.3f} | "
+                     f"{s['cached_lookup_mean_us']:.2f} |")
     return lines
 
 
 def _dispatch_table(results: list[dict]) -> list[str]:
     lines = ["", "## Dispatch under `fastest`", "",
              "Problems: distinct (direction, shape) decided, and where they went. Layers: the swapped conv calls "
-             "of one forward, per direction, sent to ours / cuDNN.", "",
+             "of one training step, per direction, sent to ours / cuDNN. Layer shapes timed: layers with a "
+             "direction on ours, timed whole both ways (as decided, and PyTorch's own convolution and autograd); "
+             "layers run by PyTorch's own: the swapped conv calls those timings sent to cuDNN in every direction "
+             "(counted as cuDNN in the three columns before).", "",
              "| model | batch | problems | to ours | to cuDNN | fwd layers ours / cuDNN | bwd_data layers ours / "
-             "cuDNN | bwd_weight layers ours / cuDNN |",
-             "|---|---|---|---|---|---|---|---|"]
+             "cuDNN | bwd_weight layers ours / cuDNN | layer shapes timed | layers run by PyTorch's own |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         d = r["dispatch"]
         layers = " | ".join(f"{d['layers'][k]['ours']} / {d['layers'][k]['pytorch']}"
                             + (f" ({d['layers'][k]['undecided']} undecided)" if d["layers"][k]["undecided"] else "")
                             for k in DIRECTIONS)
         lines.append(f"| {r['model']} | {r['batch']} | {d['problems']} | {d['to_ours']} | {d['to_pytorch']} | "
-                     f"{layers} |")
+                     f"{layers} | {d.get('layers_timed', '—')} | {d.get('layers_native', '—')} |")
     return lines
 
 

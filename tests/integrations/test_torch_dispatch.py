@@ -148,7 +148,12 @@ def test_ours_faster_is_decided_then_dispatched_to_ours(fastest):
     assert ours.calls == 3  # the calls that decided run the winner once (the fake timer ran nothing)
     assert {r["impl"] for r in runtime.dispatch_report()} == {"ours"}
     _train_step(conv, x)
-    assert ours.calls == 6 and timer.calls == 6
+    # + 2: the layer timed both ways once, on the 2nd step's forward (as decided 1.0 < PyTorch's own 2.0)
+    assert ours.calls == 6 and timer.calls == 8
+    [layer] = runtime.layer_report()
+    assert layer["impls"] == ["ours"] * 3 and not layer["native"] and layer["grad_x"] and layer["grad_w"]
+    _train_step(conv, x)
+    assert ours.calls == 9 and timer.calls == 8
 
 
 def test_a_tie_goes_to_ours(fastest):
@@ -163,8 +168,8 @@ def test_every_shape_is_its_own_problem(fastest):
     with torch.no_grad():
         conv(torch.randn(2, 4, 5, 5))
         conv(torch.randn(3, 4, 5, 5))
-        conv(torch.randn(2, 4, 5, 5))
-    assert timer.calls == 4 and len(runtime.dispatch_report()) == 2
+        conv(torch.randn(2, 4, 5, 5))  # decided on ours: its layer is timed both ways (2 more calls)
+    assert timer.calls == 6 and len(runtime.dispatch_report()) == 2 and len(runtime.layer_report()) == 1
 
 
 @pytest.mark.interpreter
@@ -288,6 +293,102 @@ def test_a_device_cost_runtime_decides_on_device_time(fastest, caplog):
     assert spy.calls == 1 and [r["impl"] for r in runtime.dispatch_report()] == ["ours"]
     [line] = _decision_lines(caplog)
     assert line.endswith("-> ours (cost device)")
+
+
+# ---- layers timed both ways -------------------------------------------------------------------------------
+def _decided_on_ours_then(fastest, layer_mixed, layer_native, **settings):
+    """A runtime whose three directions are decided on ours (1.0 vs 2.0 ms) by one training step; then
+    its timer answers ``layer_mixed`` and ``layer_native`` for the layer's own timing."""
+    runtime, timer, spy = fastest(ours_ms=1.0, pytorch_ms=2.0, **settings)
+    conv, x = _conv(), torch.randn(2, 4, 5, 5)
+    _train_step(conv, x)
+    assert {r["impl"] for r in runtime.dispatch_report()} == {"ours"} and spy.calls == 3
+    runtime.timer = FakeTimer(layer_mixed, layer_native)
+    return runtime, spy, conv, x
+
+
+def test_a_layer_whose_own_pytorch_path_is_cheaper_runs_pytorchs_convolution(fastest, caplog):
+    """Every direction is faster on ours per call, but the layer as a whole (its autograd Function,
+    one call per direction) costs more host time than PyTorch's own convolution and autograd."""
+    from tiledispatch.integrations.torch_dispatch import Timing
+
+    runtime, spy, conv, x = _decided_on_ours_then(fastest, Timing(0.30, 0.25), Timing(0.36, 0.10))
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        y, gx, gw = _train_step(conv, x)
+    assert runtime.timer.calls == 2 and spy.calls == 3  # timed once; PyTorch's own ran the step
+    y_bias = conv(x.clone().requires_grad_())  # y + bias: the conv's node is the add's first input
+    assert type(y_bias.grad_fn.next_functions[0][0]).__name__ == "ConvolutionBackward0"
+    [layer] = runtime.layer_report()
+    assert layer["native"] and layer["mixed_host_ms"] == 0.25 and layer["native_ms"] == 0.36
+    [line] = [r.getMessage() for r in caplog.records if "layer " in r.getMessage()]
+    assert "as decided 0.3000 ms + host 0.2500 ms, PyTorch's own 0.3600 ms + host 0.1000 ms -> PyTorch's own" in line
+    x_ref = x.clone().requires_grad_()
+    conv.zero_grad()
+    y_ref = F.conv2d(x_ref, conv.weight, conv.bias, 1, 1, 1, 2)
+    y_ref.square().sum().backward()
+    assert _rel(y, y_ref) < 1e-6 and _rel(gx, x_ref.grad) < 1e-6 and _rel(gw, conv.weight.grad) < 1e-6
+    _train_step(conv, x)
+    assert runtime.timer.calls == 2 and spy.calls == 3  # kept: nothing timed again
+
+
+def test_a_layer_is_not_timed_under_the_device_cost(fastest):
+    """A replay pays no host time: the per-direction decisions stand, nothing more is timed."""
+    from tiledispatch.integrations.torch_dispatch import Timing
+
+    runtime, spy, conv, x = _decided_on_ours_then(fastest, Timing(0.30, 0.25), Timing(0.36, 0.10), cost="device")
+    _train_step(conv, x)
+    assert runtime.timer.calls == 0 and spy.calls == 6 and not runtime.layer_report()
+
+
+def test_the_cost_setting_reapplies_the_layer_decisions(fastest):
+    from tiledispatch.integrations.torch_dispatch import Timing
+
+    runtime, spy, conv, x = _decided_on_ours_then(fastest, Timing(0.30, 0.25), Timing(0.36, 0.10))
+    _train_step(conv, x)
+    assert spy.calls == 3 and runtime.layer_report()[0]["native"]
+    runtime.cost = "device"  # the layer's device times favour ours as decided: per direction again
+    _train_step(conv, x)
+    assert spy.calls == 6 and not runtime.layer_report()[0]["native"]
+    runtime.cost = "total"
+    _train_step(conv, x)
+    assert spy.calls == 6 and runtime.timer.calls == 2
+    runtime.clear()
+    assert not runtime.layer_report()
+
+
+def test_no_layer_is_timed_during_capture(fastest, monkeypatch):
+    from tiledispatch.integrations import torch_dispatch as dispatch
+    from tiledispatch.integrations.torch_dispatch import Timing
+
+    runtime, spy, conv, x = _decided_on_ours_then(fastest, Timing(0.30, 0.25), Timing(0.36, 0.10))
+    monkeypatch.setattr(dispatch, "is_capturing", lambda device: True)
+    _train_step(conv, x)
+    assert runtime.timer.calls == 0 and spy.calls == 6 and not runtime._serves  # as decided; nothing kept
+    monkeypatch.setattr(dispatch, "is_capturing", lambda device: False)
+    _train_step(conv, x)
+    assert runtime.timer.calls == 2 and spy.calls == 6 and runtime.layer_report()[0]["native"]
+
+
+def test_layer_timing_leaves_the_callers_gradients_alone(fastest):
+    """The layer's timing runs forward and backward on detached copies: the module's .grad and the
+    caller's graph see only the real step (the fake timer here runs each route once)."""
+    runtime, _, conv, x = _decided_on_ours_then(fastest, 1.0, 2.0)
+
+    class Running(FakeTimer):
+        def __call__(self, run, device):
+            run()
+            return super().__call__(run, device)
+
+    runtime.timer = Running(1.0, 2.0)
+    conv.zero_grad()
+    x_in = x.clone().requires_grad_()
+    y = conv(x_in)
+    assert runtime.timer.calls == 2 and conv.weight.grad is None and x_in.grad is None
+    y.square().sum().backward()
+    x_ref = x.clone().requires_grad_()
+    w_ref = conv.weight.detach().clone().requires_grad_()
+    F.conv2d(x_ref, w_ref, conv.bias.detach(), 1, 1, 1, 2).square().sum().backward()
+    assert _rel(x_in.grad, x_ref.grad) < 1e-6 and _rel(conv.weight.grad, w_ref.grad) < 1e-6
 
 
 @pytest.mark.gpu
@@ -517,6 +618,7 @@ def test_a_direction_settled_on_ours_keeps_every_direction_on_the_runtime(fastes
     from tiledispatch.integrations.torch_dispatch import OURS
     key = next(k for k, e in runtime._entries.items() if e.problem.direction.value == "bwd_weight")
     runtime._entries[key] = replace(runtime._entries[key], decision=replace(runtime._entries[key].decision, impl=OURS))
+    runtime.timer = FakeTimer(1.0, 2.0)  # the layer, timed both ways: as decided is faster
     calls.clear()
     _train_step(conv, x)
     assert sorted(calls) == ["bwd_data", "bwd_weight", "fwd"] and ours.calls == 1

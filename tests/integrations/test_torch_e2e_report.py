@@ -323,3 +323,34 @@ def test_profile_table_shows_the_host_side():
     assert cells["ours ms"] == "1.50" and cells["kernels / step"] == "300"
     assert "| `cudaStreamSynchronize` | 18.0 | 4000 | yes |" in lines
     assert "| `cuLaunchKernel` | 54.0 | 300 |  |" in lines
+
+
+def test_dispatch_summary_counts_layers_run_by_pytorchs_own_convolution(runtime_factory, monkeypatch):
+    """Every direction decided on ours, then the layer timed both ways: PyTorch's own is cheaper, so the
+    layer's calls count as cuDNN in every direction, and the table says how many layers that was."""
+    import torch
+
+    from tests.integrations.test_torch_dispatch import FakeTimer, OursSpy
+    from tiledispatch.integrations.torch_dispatch import Timing
+
+    runtime = runtime_factory(cpu="interpret", dtypes=(torch.float32,), policy="fastest", timer=FakeTimer(1.0, 2.0))
+    monkeypatch.setattr(runtime, "_launch", OursSpy())
+    _, ours, x, labels = _cpu_case(torch)
+
+    def step():
+        ours.zero_grad()
+        torch.nn.functional.cross_entropy(ours(x), labels).backward()
+
+    step()  # the input needs no gradient: forward and backward-weight decided
+    summary = e2e._dispatch_summary(ours, x)
+    assert summary["to_ours"] == 2 and summary["layers_native"] == 0
+    assert summary["layers"]["bwd_data"] == {"ours": 0, "pytorch": 0, "undecided": 1}
+    assert all(summary["layers"][d] == {"ours": 1, "pytorch": 0, "undecided": 0} for d in ("fwd", "bwd_weight"))
+    runtime.timer = FakeTimer(Timing(0.30, 0.25), Timing(0.36, 0.10))
+    step()
+    summary = e2e._dispatch_summary(ours, x)
+    assert summary["to_ours"] == 2 and summary["layers_timed"] == 1 and summary["layers_native"] == 1
+    assert all(summary["layers"][d] == {"ours": 0, "pytorch": 1, "undecided": 0} for d in e2e.DIRECTIONS)
+    row = next(line for line in e2e._dispatch_table([{**_result(), "dispatch": summary}])
+               if line.startswith("| mobilenet_v2"))
+    assert _cells(row)[-5:] == ["0 / 1", "0 / 1", "0 / 1", "1", "1"]

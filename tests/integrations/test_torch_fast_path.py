@@ -94,6 +94,7 @@ def test_routes_follow_the_entries_and_the_policy(runtime_factory, monkeypatch):
     key = next(k for k, e in runtime._entries.items() if e.problem.direction.value == "bwd_data")
     runtime._entries[key] = replace(runtime._entries[key], decision=replace(runtime._entries[key].decision,
                                                                            impl=OURS))
+    runtime.timer = FakeTimer(1.0, 2.0)  # the layer, timed both ways: as decided is faster
     assert key not in runtime._routes and len(runtime._routes) == 2  # a changed entry drops its own route
     assert not runtime._serves  # and every pytorch_serves answer
     ours.calls = 0

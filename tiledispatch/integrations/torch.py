@@ -25,11 +25,15 @@ What happens per convolution call (see :mod:`.torch_runtime` and :mod:`.torch_se
 * which implementation runs a (direction, shape) is the runtime's policy (:mod:`.torch_dispatch`;
   ``configure(policy=...)`` or ``$TILEDISPATCH_TORCH_POLICY``): by default on CUDA (``fastest``) our
   kernel and PyTorch's convolution (cuDNN) are both timed on its first call and the cheaper per call,
-  device plus host time, serves it from then on (one INFO line each; :func:`dispatch_report` lists
-  the decisions); ``ours`` always runs our kernels, ``pytorch`` always PyTorch's; both give the same
-  channels-last result; in eager mode a shape whose every needed direction is settled on PyTorch
-  runs ``F.conv2d``/``F.conv3d`` under PyTorch's autograd, at the plain nn.Conv's cost, and a shape
-  whose directions are split runs each direction on its own choice inside the autograd Function;
+  device plus host time (``cost="total"``; ``cost="device"`` for CUDA-graph code: device time alone),
+  serves it from then on (one INFO line each; :func:`dispatch_report` lists the decisions), and a
+  layer with a direction on ours is timed whole both ways once (under ``cost="total"``), running
+  PyTorch's own convolution and autograd when that costs less (``Runtime.layer_report``); ``ours``
+  always runs our kernels, ``pytorch`` always PyTorch's; both give the same channels-last result; in
+  eager mode a shape whose every needed direction is settled on PyTorch (or whose layer timing chose
+  PyTorch's own) runs ``F.conv2d``/``F.conv3d`` under PyTorch's autograd, at the plain nn.Conv's
+  cost, and a shape whose directions are split runs each direction on its own choice inside the
+  autograd Function;
 * bias is added by PyTorch (``y + b``, its gradient is autograd's sum over N and space);
 * layout: our kernels read channels-last memory. A model converted with
   ``model.to(memory_format=torch.channels_last)`` (``channels_last_3d`` in 3D) pays nothing; otherwise

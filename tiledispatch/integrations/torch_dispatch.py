@@ -31,6 +31,22 @@ the device time with CUDA events while a short sleep kernel (``hold_cycles``) ke
 so the events see the kernels back to back and not the host's launch gaps (which would count the
 host time twice). Timers that answer a plain number give device times only (host cost 0).
 
+Layers: the decisions above are per direction, and each side's host time is that of its own call
+(our launch plan, or PyTorch's convolution function). A layer whose directions are split between
+both, or all on ours, runs through the runtime's Python autograd Function (:class:`.torch_ops.EagerConv`:
+its node, its calls per direction, a separate bias add), where a layer all on PyTorch runs
+PyTorch's own convolution and autograd (one ``convolution_backward`` for both gradients). That
+difference is host time per layer no per-direction decision sees: measured on an H200 host with
+batch 32 (``bench/torch_e2e.py --profile``), ConvNeXt-tiny's training step enqueued 4.7 ms more
+host work under ``ours`` than under cuDNN for 18 swapped layers, while its device time differed by
+0.5 ms. So under ``cost="total"``, once every direction a layer's call needs is decided and one of
+them is ours, the runtime times the whole layer both ways on the call's tensors (forward, and the
+backward of the gradients that flow, by the runtime's timer: ours-as-decided first, then PyTorch's
+own), once per layer shape, and runs PyTorch's own convolution for the layer when that is not slower
+(:class:`LayerDecision`; one INFO line each; :meth:`~.torch_runtime.Runtime.layer_report`). Under
+``cost="device"`` no layer is timed: a replay pays no host time, and the per-direction decisions
+stand.
+
 Cost of a decision, once per problem and process (:class:`EventTimer`'s defaults): per side, one
 warm-up call (it includes our kernel's JIT compile and cuDNN's benchmark search, which that first
 call would pay anyway), then up to ``repeats`` = 5 synchronized, timed calls, stopping early once the
@@ -229,8 +245,42 @@ def decide(timer: Timer, run_ours: Callable[[], Any], run_pytorch: Callable[[], 
     return replace(timed, impl=timed.impl_for(cost), cost=cost)
 
 
+@dataclass(frozen=True)
+class LayerDecision:
+    """A layer timed both ways under ``fastest`` (see *Layers* in the module docstring): ``mixed``, its
+    directions as decided through the runtime's autograd Function; ``native``, PyTorch's own
+    convolution and autograd for every direction. Times per call (forward and the needed backward)."""
+
+    mixed: Timing
+    native: Timing
+    seconds: float
+
+    def native_for(self, cost: str) -> bool:
+        """Whether PyTorch's own layer serves it when ``cost`` is compared (PyTorch's on a tie: the
+        shorter path)."""
+        if cost == DEVICE:
+            return self.native.device_ms <= self.mixed.device_ms
+        return self.native.total_ms <= self.mixed.total_ms
+
+
+def decide_layer(timer: Timer, run_mixed: Callable[[], Any], run_native: Callable[[], Any],
+                 device: torch.device) -> LayerDecision:
+    """Time a layer both ways with ``timer`` (mixed first)."""
+    start = time.perf_counter()
+    mixed = as_timing(timer(run_mixed, device))
+    native = as_timing(timer(run_native, device))
+    return LayerDecision(mixed, native, time.perf_counter() - start)
+
+
 def log_decision(problem_key: str, kernel: str, decision: Decision) -> None:
     """The one INFO line of a decision (device time, then host time per call)."""
     log.info("tiledispatch: %s: ours %.4f ms + host %.4f ms (%s), PyTorch %.4f ms + host %.4f ms -> %s (cost %s)",
              problem_key, decision.ours_ms, decision.ours_host_ms, kernel, decision.pytorch_ms,
              decision.pytorch_host_ms, "ours" if decision.impl == OURS else "PyTorch", decision.cost)
+
+
+def log_layer_decision(layer_key: str, decision: LayerDecision, cost: str) -> None:
+    """The one INFO line of a layer decision."""
+    log.info("tiledispatch: layer %s: as decided %.4f ms + host %.4f ms, PyTorch's own %.4f ms + host %.4f ms -> %s",
+             layer_key, decision.mixed.device_ms, decision.mixed.host_ms, decision.native.device_ms,
+             decision.native.host_ms, "PyTorch's own" if decision.native_for(cost) else "as decided")

@@ -57,7 +57,8 @@ from tiledispatch.native.configs import KernelConfig
 from tiledispatch.native.problem import ConvProblem, Direction, DType
 
 from . import torch_dispatch as dispatch
-from .torch_dispatch import Decision, EventTimer, Timer
+from .torch_dispatch import Decision, EventTimer, LayerDecision, Timer
+from .torch_reference import forward as pytorch_forward
 from .torch_reference import reference
 from .torch_select import Choice, KernelSelector, SelectionError
 
@@ -219,6 +220,10 @@ class Runtime:
         self._routes: dict[tuple, tuple[Entry | None, bool]] = {}
         self._serves: dict[tuple, bool] = {}
         self._entries: _EntryTable = _EntryTable(self._routes, self._serves)
+        # Layers timed both ways under fastest (torch_dispatch, "Layers"): per pytorch_serves key and the
+        # decided implementation of each needed direction. Kept across generations (its key holds what
+        # it depends on); emptied by clear().
+        self._layers: dict[tuple, LayerDecision] = {}
         self._lock = threading.Lock()
         self._logged: set[str] = set()
         self.cpu = cpu
@@ -395,13 +400,20 @@ class Runtime:
         if found is not None:
             return found
         generation = self._entries.generation
-        answer = self._pytorch_serves(x, weight, groups, stride, pad_begin, pad_end, dilation)
+        answer = self._pytorch_serves(x, weight, groups, stride, pad_begin, pad_end, dilation, key)
+        if answer is None:
+            # A layer to time, met during a CUDA-graph capture: ours as decided, and nothing derived
+            # from this answer may be kept (a TileConv's resolved call, at this generation): bump it.
+            self._entries.forget()
+            return False
         self._entries.remember(self._serves, key, answer, generation)
         return answer
 
     def _pytorch_serves(self, x: torch.Tensor, weight: torch.Tensor, groups: int, stride: tuple[int, ...],
-                        pad_begin: tuple[int, ...], pad_end: tuple[int, ...], dilation: tuple[int, ...]) -> bool:
-        """:meth:`pytorch_serves` from the entries (uncached)."""
+                        pad_begin: tuple[int, ...], pad_end: tuple[int, ...], dilation: tuple[int, ...],
+                        key: tuple) -> bool | None:
+        """:meth:`pytorch_serves` from the entries and layer decisions (uncached; ``key``: its cache key).
+        None: not known yet, and not to be learnt now (capturing)."""
         policy = dispatch.resolve(self._policy, x.device)
         if policy == dispatch.PYTORCH:
             return True
@@ -414,12 +426,75 @@ class Runtime:
                 directions.append(Direction.BACKWARD_DATA)
             if weight.requires_grad:
                 directions.append(Direction.BACKWARD_WEIGHT)
+        impls = []
         for direction in directions:
             found = self._entries.get((direction, x.dtype, x_shape, w_shape, groups, stride, pad_begin, pad_end,
                                        dilation, device_type))
-            if found is None or found.decision is None or found.decision.impl != dispatch.PYTORCH:
-                return False
-        return True
+            if found is None or found.decision is None:
+                return False  # undecided: the layer's Function decides it on its call
+            impls.append(found.decision.impl)
+        if all(impl == dispatch.PYTORCH for impl in impls):
+            return True
+        if self._cost == dispatch.DEVICE:
+            return False
+        layer = self._layers.get((key, tuple(impls)))
+        if layer is None:
+            if dispatch.is_capturing(x.device):
+                return None
+            layer = self._decide_layer(x, weight, groups, stride, pad_begin, pad_end, dilation, key, tuple(impls))
+        return layer.native_for(self._cost)
+
+    def _decide_layer(self, x: torch.Tensor, weight: torch.Tensor, groups: int, stride: tuple[int, ...],
+                      pad_begin: tuple[int, ...], pad_end: tuple[int, ...], dilation: tuple[int, ...], key: tuple,
+                      impls: tuple[str, ...]) -> LayerDecision:
+        """Time the layer of this call as decided (the autograd Function) and as PyTorch's own
+        convolution, forward and the backward of the gradients that flow, on copies of its operands
+        (detached: nothing reaches the caller's autograd graph or ``.grad``); kept and logged."""
+        from .torch_ops import EagerConv, eager_call
+
+        grads = key[-2:]
+        fmt = memory_format(x.dim())
+        call = eager_call(self, x.contiguous(memory_format=fmt), weight.contiguous(memory_format=fmt), stride,
+                          pad_begin, pad_end, dilation, groups)
+        with torch.no_grad():
+            grad_out = torch.randn_like(pytorch_forward(x, weight, groups, stride, pad_begin, pad_end, dilation))
+
+        def layer(native: bool):
+            def run():
+                xs = x.detach().requires_grad_(grads[0])
+                ws = weight.detach().requires_grad_(grads[1])
+                with torch.enable_grad():
+                    if native:
+                        y = pytorch_forward(xs, ws, groups, stride, pad_begin, pad_end, dilation)
+                    else:
+                        y = EagerConv.apply(xs.contiguous(memory_format=fmt), ws.contiguous(memory_format=fmt), call)
+                    inputs = [t for t, flows in zip((xs, ws), grads) if flows]
+                    if inputs:
+                        torch.autograd.grad(y, inputs, grad_out)
+            return run
+
+        decision = dispatch.decide_layer(self.timer, layer(False), layer(True), x.device)
+        self._layers[(key, impls)] = decision
+        problem = self.problem(Direction.FORWARD, x.dtype, tuple(x.shape), tuple(weight.shape), groups, stride,
+                               pad_begin, pad_end, dilation)
+        dispatch.log_layer_decision(f"{problem.key} (gradients: x {grads[0]}, w {grads[1]})", decision, self._cost)
+        return decision
+
+    def layer_report(self) -> list[dict[str, Any]]:
+        """One dict per layer timed both ways under ``fastest``: its forward problem key, which gradients
+        flow, the decided implementation of each needed direction (fwd, then bwd_data and bwd_weight
+        where they flow), both routes' device and host ms per call, and whether PyTorch's own layer
+        serves it under the current ``cost``."""
+        out = []
+        for (key, impls), layer in self._layers.items():
+            x_shape, w_shape, dtype, _, groups, stride, pad_begin, pad_end, dilation, grad_x, grad_w = key
+            problem = self.problem(Direction.FORWARD, dtype, tuple(x_shape), tuple(w_shape), groups, stride,
+                                   pad_begin, pad_end, dilation)
+            out.append({"problem": problem.key, "grad_x": grad_x, "grad_w": grad_w, "impls": list(impls),
+                        "mixed_ms": layer.mixed.device_ms, "mixed_host_ms": layer.mixed.host_ms,
+                        "native_ms": layer.native.device_ms, "native_host_ms": layer.native.host_ms,
+                        "native": layer.native_for(self._cost), "decision_s": layer.seconds})
+        return out
 
     def entries(self) -> list[Entry]:
         return list(self._entries.values())
@@ -438,6 +513,7 @@ class Runtime:
 
     def clear(self) -> None:
         """Forget every cached problem, choice and decision (the next call selects and decides again)."""
+        self._layers.clear()
         self._entries.clear()
         if self._selector is not None:
             self._selector.clear()
