@@ -331,6 +331,18 @@ def test_a_layer_whose_own_pytorch_path_is_cheaper_runs_pytorchs_convolution(fas
     assert runtime.timer.calls == 2 and spy.calls == 3  # kept: nothing timed again
 
 
+def test_layers_are_timed_with_a_longer_hold():
+    from tiledispatch.integrations.torch_dispatch import LAYER_HOLD_CYCLES, EventTimer, decide_layer
+
+    assert EventTimer().for_layers() == EventTimer(hold_cycles=LAYER_HOLD_CYCLES)
+    assert EventTimer(hold_cycles=0).for_layers().hold_cycles == 0  # no hold asked: none added
+    assert EventTimer(hold_cycles=10 * LAYER_HOLD_CYCLES).for_layers().hold_cycles == 10 * LAYER_HOLD_CYCLES
+    runs = []
+    decision = decide_layer(EventTimer(warmup=0, repeats=1), lambda: runs.append("mixed"),
+                            lambda: runs.append("native"), torch.device("cpu"))
+    assert runs == ["mixed", "native"] and decision.mixed.device_ms >= 0 and decision.seconds >= 0
+
+
 def test_a_layer_is_not_timed_under_the_device_cost(fastest):
     """A replay pays no host time: the per-direction decisions stand, nothing more is timed."""
     from tiledispatch.integrations.torch_dispatch import Timing

@@ -182,6 +182,12 @@ class Decision:
 #: excess would show in the device time too).
 HOLD_CYCLES = 500_000
 
+#: The same for timing a whole layer (forward and backward through autograd: 0.2–0.9 ms of host work
+#: per call on an H200 host, ``bench/torch_e2e.py``): about 2–3 ms. A hold shorter than the host's
+#: enqueue time lets the launch gaps into the device time, and the route with more host work would
+#: look slower on the device too.
+LAYER_HOLD_CYCLES = 4_000_000
+
 
 @dataclass(frozen=True)
 class EventTimer:
@@ -195,6 +201,10 @@ class EventTimer:
     repeats: int = 5
     budget_ms: float = 25.0
     hold_cycles: int = HOLD_CYCLES
+
+    def for_layers(self) -> EventTimer:
+        """This timer with a hold long enough for a whole layer's calls (``LAYER_HOLD_CYCLES``)."""
+        return replace(self, hold_cycles=max(self.hold_cycles, LAYER_HOLD_CYCLES)) if self.hold_cycles else self
 
     def __call__(self, run: Callable[[], Any], device: torch.device) -> Timing:
         for _ in range(self.warmup):
@@ -265,7 +275,9 @@ class LayerDecision:
 
 def decide_layer(timer: Timer, run_mixed: Callable[[], Any], run_native: Callable[[], Any],
                  device: torch.device) -> LayerDecision:
-    """Time a layer both ways with ``timer`` (mixed first)."""
+    """Time a layer both ways with ``timer`` (mixed first; an :class:`EventTimer` with its layer hold)."""
+    if isinstance(timer, EventTimer):
+        timer = timer.for_layers()
     start = time.perf_counter()
     mixed = as_timing(timer(run_mixed, device))
     native = as_timing(timer(run_native, device))
