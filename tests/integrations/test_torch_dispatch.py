@@ -309,19 +309,20 @@ def _decided_on_ours_then(fastest, layer_mixed, layer_native, **settings):
 
 def test_a_layer_whose_own_pytorch_path_is_cheaper_runs_pytorchs_convolution(fastest, caplog):
     """Every direction is faster on ours per call, but the layer as a whole (its autograd Function,
-    one call per direction) costs more host time than PyTorch's own convolution and autograd."""
+    one call per direction) costs more host time than PyTorch's own convolution and autograd, and the
+    host time is the larger: a host-bound layer (ConvNeXt-tiny's 56x56 depthwise at batch 32, H200)."""
     from tiledispatch.integrations.torch_dispatch import Timing
 
-    runtime, spy, conv, x = _decided_on_ours_then(fastest, Timing(0.30, 0.25), Timing(0.36, 0.10))
+    runtime, spy, conv, x = _decided_on_ours_then(fastest, Timing(0.288, 0.765), Timing(0.330, 0.440))
     with caplog.at_level(logging.INFO, logger=LOGGER):
         y, gx, gw = _train_step(conv, x)
     assert runtime.timer.calls == 2 and spy.calls == 3  # timed once; PyTorch's own ran the step
     y_bias = conv(x.clone().requires_grad_())  # y + bias: the conv's node is the add's first input
     assert type(y_bias.grad_fn.next_functions[0][0]).__name__ == "ConvolutionBackward0"
     [layer] = runtime.layer_report()
-    assert layer["native"] and layer["mixed_host_ms"] == 0.25 and layer["native_ms"] == 0.36
+    assert layer["native"] and layer["mixed_host_ms"] == 0.765 and layer["native_ms"] == 0.330
     [line] = [r.getMessage() for r in caplog.records if "layer " in r.getMessage()]
-    assert "as decided 0.3000 ms + host 0.2500 ms, PyTorch's own 0.3600 ms + host 0.1000 ms -> PyTorch's own" in line
+    assert "as decided 0.2880 ms + host 0.7650 ms, PyTorch's own 0.3300 ms + host 0.4400 ms -> PyTorch's own" in line
     x_ref = x.clone().requires_grad_()
     conv.zero_grad()
     y_ref = F.conv2d(x_ref, conv.weight, conv.bias, 1, 1, 1, 2)
@@ -329,6 +330,19 @@ def test_a_layer_whose_own_pytorch_path_is_cheaper_runs_pytorchs_convolution(fas
     assert _rel(y, y_ref) < 1e-6 and _rel(gx, x_ref.grad) < 1e-6 and _rel(gw, conv.weight.grad) < 1e-6
     _train_step(conv, x)
     assert runtime.timer.calls == 2 and spy.calls == 3  # kept: nothing timed again
+
+
+def test_a_device_bound_layer_keeps_ours_although_its_host_time_is_longer(fastest):
+    """The same layer at batch 128 (H200): as decided 0.841 ms device + 0.844 ms host, PyTorch's own
+    1.151 + 0.414. The stream overlaps host and device work, so a layer costs the larger of the two
+    (0.844 < 1.151): as decided, where the sum (1.685 > 1.565) would have sent it to PyTorch's own."""
+    from tiledispatch.integrations.torch_dispatch import Timing, layer_cost_ms
+
+    mixed, native = Timing(0.841, 0.844), Timing(1.151, 0.414)
+    assert mixed.total_ms > native.total_ms and layer_cost_ms(mixed) < layer_cost_ms(native)
+    runtime, spy, conv, x = _decided_on_ours_then(fastest, mixed, native)
+    _train_step(conv, x)
+    assert spy.calls == 6 and not runtime.layer_report()[0]["native"]
 
 
 def test_layers_are_timed_with_a_longer_hold():
@@ -347,7 +361,7 @@ def test_a_layer_is_not_timed_under_the_device_cost(fastest):
     """A replay pays no host time: the per-direction decisions stand, nothing more is timed."""
     from tiledispatch.integrations.torch_dispatch import Timing
 
-    runtime, spy, conv, x = _decided_on_ours_then(fastest, Timing(0.30, 0.25), Timing(0.36, 0.10), cost="device")
+    runtime, spy, conv, x = _decided_on_ours_then(fastest, Timing(0.288, 0.765), Timing(0.330, 0.440), cost="device")
     _train_step(conv, x)
     assert runtime.timer.calls == 0 and spy.calls == 6 and not runtime.layer_report()
 
@@ -355,7 +369,7 @@ def test_a_layer_is_not_timed_under_the_device_cost(fastest):
 def test_the_cost_setting_reapplies_the_layer_decisions(fastest):
     from tiledispatch.integrations.torch_dispatch import Timing
 
-    runtime, spy, conv, x = _decided_on_ours_then(fastest, Timing(0.30, 0.25), Timing(0.36, 0.10))
+    runtime, spy, conv, x = _decided_on_ours_then(fastest, Timing(0.288, 0.765), Timing(0.330, 0.440))
     _train_step(conv, x)
     assert spy.calls == 3 and runtime.layer_report()[0]["native"]
     runtime.cost = "device"  # the layer's device times favour ours as decided: per direction again
@@ -372,7 +386,7 @@ def test_no_layer_is_timed_during_capture(fastest, monkeypatch):
     from tiledispatch.integrations import torch_dispatch as dispatch
     from tiledispatch.integrations.torch_dispatch import Timing
 
-    runtime, spy, conv, x = _decided_on_ours_then(fastest, Timing(0.30, 0.25), Timing(0.36, 0.10))
+    runtime, spy, conv, x = _decided_on_ours_then(fastest, Timing(0.288, 0.765), Timing(0.330, 0.440))
     monkeypatch.setattr(dispatch, "is_capturing", lambda device: True)
     _train_step(conv, x)
     assert runtime.timer.calls == 0 and spy.calls == 6 and not runtime._serves  # as decided; nothing kept
