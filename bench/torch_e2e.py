@@ -18,8 +18,10 @@ weights (nothing downloaded; models in ``tests/integrations/models.py``):
 * cuDNN: ``torch.backends.cudnn.benchmark = True`` (its autotuner runs during the warm-up);
 * timing: CUDA events around ``--steps`` back-to-back steps (host launch overhead included, as a
   training loop sees it), in ``--rounds`` rounds alternating cuDNN, ours and fastest (the same
-  swapped model, the runtime's policy switched before each step; decisions are kept across
-  switches); the median round is reported (and the min); warm-up steps first;
+  swapped model, the runtime's policy switched before each run's steps, decisions kept across
+  switches; one untimed step after each switch, which re-derives the routes and resolved calls a
+  switch drops, as a training loop that keeps one policy never does); the median round is reported
+  (and the min); warm-up steps first;
 * selection: the first swapped training step after clearing the runtime's caches (policy ``fastest``)
   selects a kernel for every (direction, shape) (remote ``Select`` or the local ranking), without a
   registry JIT-compiles kernels, and times ours against cuDNN for each; its wall time, the selection
@@ -130,11 +132,14 @@ def _steps(model, x, labels):
 
 
 def _with_policy(policy: str, step):
-    """``step`` run under the runtime's ``policy`` (set before each step: cheap, decisions kept)."""
+    """``step`` run under the runtime's ``policy``, set when it differs (decisions are kept; setting it
+    drops the runtime's routes and every TileConv's resolved calls, which the next step derives again:
+    :func:`_measure` runs that step untimed)."""
     runtime = get_runtime()
 
     def run():
-        runtime.policy = policy
+        if runtime.policy != policy:
+            runtime.policy = policy
         step()
 
     return run
@@ -152,6 +157,7 @@ def _measure(steps: dict, models, train: bool, args) -> dict:
     torch.cuda.synchronize()
     for _ in range(args.rounds):
         for label, step in steps.items():
+            step()  # untimed: a policy switch's routes and resolved calls are derived again here
             times[label].append(_time_ms(step, args.steps))
     return summarize(times)
 
@@ -644,10 +650,12 @@ def _header(report: dict) -> list[str]:
         f"{settings['kernels']}; selection: {settings['selection']}; fastest timer: {settings.get('timer', '?')}.", "",
         "Step times: CUDA events around back-to-back steps (host launch overhead included), median of "
         f"{settings['rounds']} rounds of {settings['steps']} steps, cuDNN, ours and fastest alternating "
-        "in the same process (`cudnn.benchmark=True`). Training step = zero_grad + forward + cross-entropy + "
+        "in the same process (`cudnn.benchmark=True`), one untimed step before each run's steps (after a "
+        "policy switch it derives the dropped routes again). Training step = zero_grad + forward + cross-entropy + "
         "backward. Speedup = cuDNN time / the swapped model's (> 1: faster than cuDNN). *ours*: policy `ours` "
         "(every swapped conv on our kernels); *fastest*: policy `fastest` (each (direction, shape) on the faster "
-        "of ours and cuDNN, timed on its first call).", "",
+        "of ours and cuDNN, timed on its first call; then each layer with a direction on ours timed whole both "
+        "ways, as decided and as PyTorch's own convolution, the cheaper kept).", "",
         "| model | batch | swapped / convs | fwd cuDNN ms | fwd ours ms | fwd fastest ms | fwd speedup ours | "
         "fwd speedup fastest | train cuDNN ms | train ours ms | train fastest ms | train speedup ours | "
         "train speedup fastest | target (fastest) |",
