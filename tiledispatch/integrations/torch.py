@@ -34,7 +34,8 @@ What happens per convolution call (see :mod:`.torch_runtime` and :mod:`.torch_se
   PyTorch's own) runs ``F.conv2d``/``F.conv3d`` under PyTorch's autograd, at the plain nn.Conv's
   cost, and a shape whose directions are split runs each direction on its own choice inside the
   autograd Function;
-* bias is added by PyTorch (``y + b``, its gradient is autograd's sum over N and space);
+* bias: on our kernels added by PyTorch (``y + b``, its gradient is autograd's sum over N and space);
+  where PyTorch's own convolution serves the layer, inside it (as ``nn.Conv`` passes it);
 * layout: our kernels read channels-last memory. A model converted with
   ``model.to(memory_format=torch.channels_last)`` (``channels_last_3d`` in 3D) pays nothing; otherwise
   the activation, and the weight unless C/G == 1, are copied to channels-last at every call
@@ -108,15 +109,15 @@ def tile_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None =
     runtime = get_runtime()
     fmt = memory_format(x.dim())
     if not runtime.accepts(x):  # PyTorch's own convolution for tensors our kernels do not serve
-        y = _pytorch_forward(x, weight, groups, stride, pad_begin, pad_end, dilation)
-    elif not _eager(x, weight):
+        return _pytorch_forward(x, weight, groups, stride, pad_begin, pad_end, dilation, bias)
+    if not _eager(x, weight):
         # Traced graphs keep the custom ops (their dispatch is decided at run time, not while tracing).
         y = torch.ops.tiledispatch.conv_fwd(x.contiguous(memory_format=fmt), weight.contiguous(memory_format=fmt),
                                             list(stride), list(pad_begin), list(pad_end), list(dilation), groups)
     elif runtime.pytorch_serves(x, weight, groups, stride, pad_begin, pad_end, dilation):
         # Every direction settled on PyTorch (policy or ``fastest`` decisions): PyTorch's own
-        # convolution and autograd, at the plain nn.Conv's cost.
-        y = _pytorch_forward(x, weight, groups, stride, pad_begin, pad_end, dilation)
+        # convolution and autograd, bias inside, at the plain nn.Conv's cost.
+        return _pytorch_forward(x, weight, groups, stride, pad_begin, pad_end, dilation, bias)
     else:  # per direction ours or PyTorch's, through EagerConv: none of the custom ops' dispatcher cost
         y = torch_ops.conv_eager(x.contiguous(memory_format=fmt), weight.contiguous(memory_format=fmt), stride,
                                  pad_begin, pad_end, dilation, groups)
@@ -227,14 +228,13 @@ class _TileConvMixin:
         if resolved is None:
             return tile_conv(x, weight, bias, stride, params[5], dilation, groups)
         fmt, call, bias_shape = resolved
-        if call is None:
-            y = _pytorch_forward(x, weight, groups, stride, pad_begin, pad_end, dilation)
-        else:
-            x, weight = x.contiguous(memory_format=fmt), weight.contiguous(memory_format=fmt)
-            if grad_x or grad_w:
-                y = torch_ops.EagerConv.apply(x, weight, call)
-            else:  # no gradient can flow: the forward alone, no autograd node
-                y = runtime.run(Direction.FORWARD, x, weight, *call[1])
+        if call is None:  # PyTorch's own convolution, bias inside (as nn.Conv calls it)
+            return _pytorch_forward(x, weight, groups, stride, pad_begin, pad_end, dilation, bias)
+        x, weight = x.contiguous(memory_format=fmt), weight.contiguous(memory_format=fmt)
+        if grad_x or grad_w:
+            y = torch_ops.EagerConv.apply(x, weight, call)
+        else:  # no gradient can flow: the forward alone, no autograd node
+            y = runtime.run(Direction.FORWARD, x, weight, *call[1])
         if bias is not None:
             y = y + bias.view(bias_shape)
         return y

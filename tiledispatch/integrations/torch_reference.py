@@ -23,11 +23,13 @@ def _pad_spec(pad_begin: tuple[int, ...], pad_end: tuple[int, ...]) -> list[int]
 
 
 def forward(x: torch.Tensor, weight: torch.Tensor, groups: int, stride: tuple[int, ...], pad_begin: tuple[int, ...],
-            pad_end: tuple[int, ...], dilation: tuple[int, ...]) -> torch.Tensor:
+            pad_end: tuple[int, ...], dilation: tuple[int, ...], bias: torch.Tensor | None = None) -> torch.Tensor:
+    """PyTorch's own convolution (``bias`` inside it, as ``nn.Conv`` passes it: one node, whose backward
+    gives the bias gradient too)."""
     conv = F.conv2d if x.dim() == 4 else F.conv3d
     if tuple(pad_begin) == tuple(pad_end):
-        return conv(x, weight, None, stride, pad_begin, dilation, groups)
-    return conv(F.pad(x, _pad_spec(pad_begin, pad_end)), weight, None, stride, 0, dilation, groups)
+        return conv(x, weight, bias, stride, pad_begin, dilation, groups)
+    return conv(F.pad(x, _pad_spec(pad_begin, pad_end)), weight, bias, stride, 0, dilation, groups)
 
 
 def backward_data(dy: torch.Tensor, weight: torch.Tensor, x_shape: tuple[int, ...], groups: int,
