@@ -92,21 +92,31 @@ def _decision_lines(caplog):
 
 
 # ---- the policy setting ------------------------------------------------------------------------------
-def test_policy_from_configure_env_and_default(monkeypatch):
+@pytest.mark.parametrize(("setting", "env", "default", "spelled", "argument", "bad", "message"), [
+    ("policy", "POLICY_ENV", "auto", ("Ours", "ours"), "pytorch", "quickest", "policy: must be one of"),
+    ("cost", "COST_ENV", "total", (" Device ", "device"), "total", "host", "cost: must be one of"),
+])
+def test_setting_from_configure_env_and_default(setting, env, default, spelled, argument, bad, message, monkeypatch):
     from tiledispatch.integrations import torch_dispatch as dispatch
     from tiledispatch.integrations.torch_runtime import Runtime
 
-    monkeypatch.delenv(dispatch.POLICY_ENV, raising=False)
-    assert Runtime().policy == "auto"
-    monkeypatch.setenv(dispatch.POLICY_ENV, "Ours")
-    assert Runtime().policy == "ours"
-    assert Runtime(policy="pytorch").policy == "pytorch"  # the argument wins over the environment
-    monkeypatch.setenv(dispatch.POLICY_ENV, "quickest")
-    with pytest.raises(ValueError, match="policy"):
+    variable = getattr(dispatch, env)
+    monkeypatch.delenv(variable, raising=False)
+    assert getattr(Runtime(), setting) == default
+    monkeypatch.setenv(variable, spelled[0])
+    assert getattr(Runtime(), setting) == spelled[1]
+    assert getattr(Runtime(**{setting: argument}), setting) == argument  # the argument wins over the environment
+    monkeypatch.setenv(variable, bad)
+    with pytest.raises(ValueError, match=message):
         Runtime()
-    runtime = Runtime(policy="fastest")
-    with pytest.raises(ValueError, match="policy"):
-        runtime.policy = "cudnn-only"
+    runtime = Runtime(**{setting: argument})
+    with pytest.raises(ValueError, match=message):
+        setattr(runtime, setting, "cudnn-only")
+
+
+def test_auto_resolves_by_device():
+    from tiledispatch.integrations import torch_dispatch as dispatch
+
     assert dispatch.resolve("auto", torch.device("cuda", 0)) == "fastest"
     assert dispatch.resolve("auto", torch.device("cpu")) == "ours"
     assert dispatch.resolve("pytorch", torch.device("cuda", 0)) == "pytorch"
@@ -230,23 +240,6 @@ def test_decide_weighs_device_plus_host():
     decision = decide(lambda run, device: next(answers), None, None, cpu)
     assert decision.impl == "ours" and decision.ours_host_ms == decision.pytorch_host_ms == 0.0
     assert Decision("ours", 1.0, 2.0, 0.0).speedup == 2.0  # positional construction as before
-
-
-def test_cost_from_configure_env_and_default(monkeypatch):
-    from tiledispatch.integrations import torch_dispatch as dispatch
-    from tiledispatch.integrations.torch_runtime import Runtime
-
-    monkeypatch.delenv(dispatch.COST_ENV, raising=False)
-    assert Runtime().cost == "total"
-    monkeypatch.setenv(dispatch.COST_ENV, " Device ")
-    assert Runtime().cost == "device"
-    assert Runtime(cost="total").cost == "total"  # the argument wins over the environment
-    monkeypatch.setenv(dispatch.COST_ENV, "host")
-    with pytest.raises(ValueError, match="cost: must be one of"):
-        Runtime()
-    runtime = Runtime(cost="total")
-    with pytest.raises(ValueError, match="cost: must be one of"):
-        runtime.cost = "wall"
 
 
 def test_decide_on_device_time_alone():
