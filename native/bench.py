@@ -478,7 +478,7 @@ def _in_fresh_thread(fn):
     return result[0]
 
 
-def _in_families(config: Any, settings: BenchSettings) -> bool:
+def _selected(config: Any, settings: BenchSettings) -> bool:
     """Whether ``config`` is in the sweep's selection: its family (``settings.families``) and its name
     (``settings.kernels``, a regex searched in the name, e.g. ``_sk(?!1_)`` for the split-K kernels)."""
     if settings.families and config.family.value not in settings.families:
@@ -498,7 +498,7 @@ def select_configs(problem: ConvProblem, registry: Any, settings: BenchSettings,
     excluded = set(exclude)
     in_rule_set = rule_set_names(settings.rule_set, settings.arch)
     configs = [c for c in registry.configs
-               if c.name in in_rule_set and c.name not in excluded and _in_families(c, settings)
+               if c.name in in_rule_set and c.name not in excluded and _selected(c, settings)
                and is_supported(problem, c)]
     if settings.max_kernels and len(configs) > settings.max_kernels:
         rng = random.Random(f"{settings.seed}|{problem.key}")
@@ -673,7 +673,7 @@ def stale_kernels(problems: list[ConvProblem], settings: BenchSettings, measured
     from tiledispatch.native.rules import rule_set_configs
     from tiledispatch.native.support import is_supported
 
-    configs = [c for c in rule_set_configs(settings.rule_set, settings.arch) if _in_families(c, settings)]
+    configs = [c for c in rule_set_configs(settings.rule_set, settings.arch) if _selected(c, settings)]
     out: dict[str, list[str]] = {}
     for problem in problems:
         rows = measured.get(problem.key)
@@ -697,7 +697,7 @@ def missing_kernels(problems: list[ConvProblem], settings: BenchSettings, measur
     out: dict[str, list[str]] = {}
     for problem in problems:
         if problem.key in measured:
-            missing = [c.name for c in configs if c.name not in measured[problem.key] and _in_families(c, settings)
+            missing = [c.name for c in configs if c.name not in measured[problem.key] and _selected(c, settings)
                        and is_supported(problem, c)]
             if missing:
                 out[problem.key] = missing

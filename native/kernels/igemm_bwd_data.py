@@ -56,13 +56,14 @@ from tiledispatch.native.kernels.base import (
     Launch,
     Program,
     cdiv,
-    fixed_sizes,
-    int_type,
-    pointer_type,
-    tensor_core_constexprs,
 )
-from tiledispatch.native.kernels.igemm_fwd import aligned_channels, spatial_args, tensor_core_launches
-from tiledispatch.native.kernels.split_reduce import partials_elements, split_reduce_program
+from tiledispatch.native.kernels.igemm_fwd import (
+    aligned_channels,
+    spatial_args,
+    tensor_core_launches,
+    tensor_core_programs,
+)
+from tiledispatch.native.kernels.split_reduce import partials_elements
 from tiledispatch.native.kernels.tiles import grouped_tile
 from tiledispatch.native.problem import ConvProblem, Direction
 
@@ -256,17 +257,8 @@ class IgemmBackwardData:
     families = frozenset({Family.IGEMM, Family.GMERGE, Family.GEMM1X1})
 
     def programs(self, config: KernelConfig) -> dict[str, Program]:
-        ptr = pointer_type(config.dtype)
-        ints = int_type(config)
-        out = "*fp32" if config.split_k > 1 else ptr
-        types = {"dy_ptr": ptr, "w_ptr": ptr, "dx_ptr": out, **{name: ints for name in _SIZE_PARAMS}}
-        constexprs = {**tensor_core_constexprs(config), "SPLIT_K": config.split_k}
-        programs = {"main": Program(_igemm_bwd_data_kernel, constexprs, types, config.num_warps, config.num_stages,
-                                    fixed_sizes(config, _igemm_bwd_data_kernel)),
-                    **gmerge_pack.programs(config, backward_data=True)}
-        if config.split_k > 1:
-            programs["reduce"] = split_reduce_program(config)
-        return programs
+        return tensor_core_programs(config, _igemm_bwd_data_kernel, ("dy_ptr", "w_ptr", "dx_ptr"), _SIZE_PARAMS,
+                                    backward_data=True)
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
         """fp32 elements: the split-K partials (``split_k`` copies of dX, rounded up to 16 bytes), then

@@ -183,17 +183,8 @@ class IgemmForward:
     families = frozenset({Family.IGEMM, Family.GMERGE, Family.GEMM1X1})
 
     def programs(self, config: KernelConfig) -> dict[str, Program]:
-        ptr = pointer_type(config.dtype)
-        ints = int_type(config)
-        out = "*fp32" if config.split_k > 1 else ptr
-        types = {"x_ptr": ptr, "w_ptr": ptr, "y_ptr": out, **{name: ints for name in _SIZE_PARAMS}}
-        constexprs = {**tensor_core_constexprs(config), "SPLIT_K": config.split_k}
-        programs = {"main": Program(_igemm_fwd_kernel, constexprs, types, config.num_warps, config.num_stages,
-                                    fixed_sizes(config, _igemm_fwd_kernel)),
-                    **gmerge_pack.programs(config, backward_data=False)}
-        if config.split_k > 1:
-            programs["reduce"] = split_reduce_program(config)
-        return programs
+        return tensor_core_programs(config, _igemm_fwd_kernel, ("x_ptr", "w_ptr", "y_ptr"), _SIZE_PARAMS,
+                                    backward_data=False)
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
         """fp32 elements: the split-K partials (``split_k`` copies of Y, rounded up to 16 bytes), then
@@ -207,6 +198,25 @@ class IgemmForward:
         sizes = (problem.batch, problem.groups, problem.c_per_group, problem.k_per_group, *spatial_args(problem))
         return tensor_core_launches(problem, config, grid, sizes, first, second, out, workspace,
                                     problem.output_elements, self.workspace_elements(problem, config))
+
+
+def tensor_core_programs(config: KernelConfig, kernel, pointers: tuple[str, str, str], size_params: tuple[str, ...],
+                         *, backward_data: bool) -> dict[str, Program]:
+    """A forward / backward-data tensor-core kernel's programs: ``main`` (``pointers``: its two operands and
+    its result, fp32 partials with split-K; ``size_params``: its integer arguments), gmerge's weight packing
+    (v8), and with split-K the reduce of the partials."""
+    ptr = pointer_type(config.dtype)
+    ints = int_type(config)
+    first, second, result = pointers
+    types = {first: ptr, second: ptr, result: "*fp32" if config.split_k > 1 else ptr,
+             **{name: ints for name in size_params}}
+    constexprs = {**tensor_core_constexprs(config), "SPLIT_K": config.split_k}
+    programs = {"main": Program(kernel, constexprs, types, config.num_warps, config.num_stages,
+                                fixed_sizes(config, kernel)),
+                **gmerge_pack.programs(config, backward_data=backward_data)}
+    if config.split_k > 1:
+        programs["reduce"] = split_reduce_program(config)
+    return programs
 
 
 def tensor_core_launches(problem: ConvProblem, config: KernelConfig, grid: tuple[int, int, int], sizes: tuple,
