@@ -48,6 +48,7 @@ def _gwalk_kernel(
     F_H: tl.constexpr, F_W: tl.constexpr, STR_H: tl.constexpr, STR_W: tl.constexpr, DIL_H: tl.constexpr,
     DIL_W: tl.constexpr, FLIP: tl.constexpr,
     TILE_W: tl.constexpr, IMAGES: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
+    HOLD_W: tl.constexpr,
 ):
     """Y[n, oh, ow, k0 + j] = Σ_{rr, s} Σ_r X[n, oh·S − P + rr·D, ow·S − P + s·D, c0 + r] · P[gb, tap, r, j];
     C_TOTAL / K_TOTAL: the input / output tensors' channel counts; GC / GK: merged reduction / output
@@ -74,6 +75,16 @@ def _gwalk_kernel(
     taps = F_H * F_W
     p_base = p_ptr + group_block * taps * GC * GK + red[:, None] * GK + cols[None, :]
     p_mask = red_ok[:, None] & col_ok[None, :]
+    if HOLD_W:  # the (at most 9) packed tap tiles loaded once, before the walk
+        w0 = tl.load(p_base, mask=p_mask, other=0.0)
+        w1 = tl.load(p_base + 1 * GC * GK, mask=p_mask & (taps > 1), other=0.0)
+        w2 = tl.load(p_base + 2 * GC * GK, mask=p_mask & (taps > 2), other=0.0)
+        w3 = tl.load(p_base + 3 * GC * GK, mask=p_mask & (taps > 3), other=0.0)
+        w4 = tl.load(p_base + 4 * GC * GK, mask=p_mask & (taps > 4), other=0.0)
+        w5 = tl.load(p_base + 5 * GC * GK, mask=p_mask & (taps > 5), other=0.0)
+        w6 = tl.load(p_base + 6 * GC * GK, mask=p_mask & (taps > 6), other=0.0)
+        w7 = tl.load(p_base + 7 * GC * GK, mask=p_mask & (taps > 7), other=0.0)
+        w8 = tl.load(p_base + 8 * GC * GK, mask=p_mask & (taps > 8), other=0.0)
 
     oh0 = tile_h * ROWS
     ih0 = oh0 * STR_H - PAD_H
@@ -99,7 +110,26 @@ def _gwalk_kernel(
                         tap = (F_H - 1 - rr // DIL_H) * F_W + (F_W - 1 - s)
                     else:
                         tap = (rr // DIL_H) * F_W + s
-                    b = tl.load(p_base + tap * GC * GK, mask=p_mask, other=0.0)
+                    if not HOLD_W:
+                        b = tl.load(p_base + tap * GC * GK, mask=p_mask, other=0.0)
+                    elif tap == 0:
+                        b = w0
+                    elif tap == 1:
+                        b = w1
+                    elif tap == 2:
+                        b = w2
+                    elif tap == 3:
+                        b = w3
+                    elif tap == 4:
+                        b = w4
+                    elif tap == 5:
+                        b = w5
+                    elif tap == 6:
+                        b = w6
+                    elif tap == 7:
+                        b = w7
+                    else:
+                        b = w8
                     if i == 0:
                         acc0 = tl.dot(a, b, acc0)
                     elif i == 1:
@@ -131,7 +161,7 @@ class Walk:
 
     def __init__(self, direction: str, n: int, groups: int, cg: int, kg: int, size: tuple[int, int],
                  filt: tuple[int, int], stride: tuple[int, int], pad: tuple[int, int], dil: tuple[int, int],
-                 tile_w: int, images: int, rows: int, merge: int, warps: int):
+                 tile_w: int, images: int, rows: int, merge: int, warps: int, hold: bool = False):
         if rows > 4:
             raise ValueError("rows: at most 4 output rows per program")
         if direction == "bwd_data" and (stride != (1, 1)):
@@ -139,6 +169,9 @@ class Walk:
         self.direction, self.n, self.groups, self.cg, self.kg = direction, n, groups, cg, kg
         self.filt, self.stride, self.dil, self.merge, self.warps = filt, stride, dil, merge, warps
         self.tile_w, self.images, self.rows = tile_w, images, rows
+        if hold and filt[0] * filt[1] > 9:
+            raise ValueError("hold: at most 9 filter taps")
+        self.hold = hold
         out = tuple((s + 2 * p - d * (f - 1) - 1) // st + 1 for s, p, d, f, st in zip(size, pad, dil, filt, stride))
         self.in_size, self.out_size = size, out
         if direction == "fwd":
@@ -156,7 +189,8 @@ class Walk:
 
     @property
     def name(self) -> str:
-        return (f"gwalk_{self.images}x{self.tile_w}_r{self.rows}_mg{self.merge}_w{self.warps}")
+        hold = "_hold" if self.hold else ""
+        return f"gwalk_{self.images}x{self.tile_w}_r{self.rows}_mg{self.merge}_w{self.warps}{hold}"
 
     def pack(self, w: torch.Tensor) -> torch.Tensor:
         packed = torch.empty(self.packed_elements, dtype=w.dtype, device=w.device)
@@ -175,7 +209,7 @@ class Walk:
             x, packed, y, self.n, self.src_c, self.dst_c, self.gc, self.gk, *self.src_size, *self.dst_size,
             *self.pad, F_H=self.filt[0], F_W=self.filt[1], STR_H=self.stride[0], STR_W=self.stride[1],
             DIL_H=self.dil[0], DIL_W=self.dil[1], FLIP=self.direction == "bwd_data", TILE_W=self.tile_w,
-            IMAGES=self.images, ROWS=self.rows, BLOCK_K=self.block_k, BLOCK_N=self.block_n,
+            IMAGES=self.images, ROWS=self.rows, BLOCK_K=self.block_k, BLOCK_N=self.block_n, HOLD_W=self.hold,
             num_warps=self.warps, num_stages=1)
 
     def call(self, x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, *, include_pack: bool = True) -> torch.Tensor:
@@ -198,7 +232,7 @@ def check_local() -> int:
 
     failures = 0
     for d, n, g, cg, kg, size, filt, stride, pad, dil, tile_w, images, rows, merge in cases:
-        walk = Walk(d, n, g, cg, kg, size, filt, stride, pad, dil, tile_w, images, rows, merge, 4)
+        walk = Walk(d, n, g, cg, kg, size, filt, stride, pad, dil, tile_w, images, rows, merge, 4, hold=n % 2 == 1)
         gen = torch.Generator().manual_seed(1)
         w = torch.randn(g * kg, cg, *filt, generator=gen)
         x = torch.randn(n, g * cg, *size, generator=gen)
@@ -248,8 +282,9 @@ REGISTRY_CANDIDATES = {
 
 
 def _walk_configs(direction: str, problem):
-    """(tile_w, images, rows, merge, warps) candidates: M = images·tile_w of 64 or 128 rows with tile_w
-    the smallest power of two ≥ the output width (capped at 64), merges giving 16–64 reduction channels."""
+    """(tile_w, images, rows, merge, warps, hold) candidates: M = images·tile_w of 64 or 128 rows with tile_w
+    the smallest power of two ≥ the output width (capped at 64), merges giving 16–64 reduction channels,
+    4 warps (8 warps was never the best in the first run); weights held for reductions of ≤ 32 channels."""
     out_w = problem.output_size[1] if direction == "fwd" else problem.input_size[1]
     tile_w = min(64, triton.next_power_of_2(out_w))
     cg = problem.c_per_group
@@ -259,8 +294,8 @@ def _walk_configs(direction: str, problem):
             for merge in (1, 2, 4, 8, 16):
                 if not 16 <= merge * cg <= 64 or problem.groups % merge:
                     continue
-                for warps in ((4,) if m == 64 else (4, 8)):
-                    yield tile_w, images, rows, merge, warps
+                for hold in ((False, True) if merge * cg <= 32 else (False,)):
+                    yield tile_w, images, rows, merge, 4, hold
 
 
 def run_gpu(out: Path, workers: int) -> int:
@@ -334,10 +369,10 @@ def run_gpu(out: Path, workers: int) -> int:
                     record(problem, name, lambda i, c=config, p=problem, su=setup, ld=loader: launch.run(
                         p, c, su.first[i], su.second[i], su.out[i], backend="compiled", loader=ld,
                         check_support=False))
-            for tile_w, images, rows_, merge, warps in _walk_configs(direction, problem):
+            for tile_w, images, rows_, merge, warps, hold in _walk_configs(direction, problem):
                 walk = Walk(direction, problem.batch, problem.groups, problem.c_per_group, problem.k_per_group,
                             problem.input_size, problem.filter_size, problem.stride, problem.pad_begin,
-                            problem.dilation, tile_w, images, rows_, merge, warps)
+                            problem.dilation, tile_w, images, rows_, merge, warps, hold)
                 record(problem, walk.name,
                        lambda i, w=walk, su=setup: w.call(su.first[i], su.second[i], su.out[i]))
             del setup
