@@ -28,6 +28,11 @@ tma        stride-1 implicit GEMM over a zero-padded copy   padded positions × 
 dwroll     depthwise CUDA-core FMA rolling down the rows:   output columns × channels × filter height
            each input row is read once and serves every     (exact; backward-weight: also the most
            filter row from registers                        filter columns)
+gwalk      2D 3×3 stride-1 grouped conv on tensor cores     GEMM M (images × output columns) × merged
+           walking down ``group_m`` output rows: each       output channels × merged reduction
+           input row is loaded once per filter column and   channels (at least MERGE·C/G or K/G);
+           serves every output row it feeds (forward and    ``group_m`` = output rows per program
+           backward-data)                                   (1, 2 or 4), ``merge`` ≥ 1
 =========  ===============================================  =========================================
 
 ``split_k`` splits the GEMM reduction into that many contiguous parts (a grid axis), each written to an
@@ -63,6 +68,7 @@ class Family(str, Enum):
     DIRECT = "direct"
     TMA = "tma"
     DWROLL = "dwroll"
+    GWALK = "gwalk"
 
     @property
     def uses_tensor_cores(self) -> bool:
@@ -70,10 +76,22 @@ class Family(str, Enum):
 
     @property
     def directions(self) -> tuple[Direction, ...]:
-        """The directions the family has kernels for (tma: forward and backward-data)."""
-        if self is Family.TMA:
+        """The directions the family has kernels for (tma, gwalk: forward and backward-data)."""
+        if self in (Family.TMA, Family.GWALK):
             return (Direction.FORWARD, Direction.BACKWARD_DATA)
         return tuple(Direction)
+
+    @property
+    def ndims(self) -> tuple[int, ...]:
+        """The spatial dimensionalities the family has kernels for (gwalk: 2D)."""
+        return (2,) if self is Family.GWALK else (2, 3)
+
+    @property
+    def dtypes(self) -> tuple[DType, ...]:
+        """The dtypes the family has kernels for (tma, gwalk: bf16/fp16; fp32 runs on the exact igemm dots)."""
+        if self in (Family.TMA, Family.GWALK):
+            return (DType.BF16, DType.FP16)
+        return tuple(DType)
 
 
 @dataclass(frozen=True)
@@ -125,8 +143,10 @@ class KernelConfig:
                 and self.family not in (Family.IGEMM, Family.GMERGE, Family.GEMM1X1)):
             raise ConfigError(f"split_k: {self.direction.value} kernels split the reduction only in the "
                               "tensor-core families igemm, gmerge and gemm1x1 (direct, dwroll and tma: split_k=1)")
-        if (self.merge > 1) != (self.family is Family.GMERGE):
-            raise ConfigError("merge: must be > 1 exactly for the gmerge family")
+        if self.merge > 1 and self.family not in (Family.GMERGE, Family.GWALK):
+            raise ConfigError("merge: must be 1 outside the gmerge and gwalk families")
+        if self.merge == 1 and self.family is Family.GMERGE:
+            raise ConfigError("merge: gmerge kernels merge 2 or more groups (merge 1 is igemm)")
         if self.direction not in self.family.directions:
             raise ConfigError(f"family: {self.family.value} kernels run "
                               f"{' and '.join(d.value for d in self.family.directions)}, not {self.direction.value}")
@@ -135,6 +155,14 @@ class KernelConfig:
                 raise ConfigError("vec/index64: tma kernels need 16-byte-aligned channel runs (v8) and 32-bit indices")
             if self.dtype is DType.FP32:
                 raise ConfigError("dtype: tma kernels are bf16/fp16 (fp32 runs on the exact igemm dots)")
+        if self.family is Family.GWALK:
+            if self.ndim not in self.family.ndims or self.vec != 8 or self.index64 or self.num_stages != 1:
+                raise ConfigError("ndim/vec/index64/num_stages: gwalk kernels are 2D, vec=8 (16-byte channel runs), "
+                                  "32-bit indexed, num_stages=1 (the walk is static code, nothing to pipeline)")
+            if self.group_m not in (1, 2, 4):
+                raise ConfigError(f"group_m: a gwalk kernel walks 1, 2 or 4 output rows, got {self.group_m}")
+            if self.dtype not in self.family.dtypes:
+                raise ConfigError("dtype: gwalk kernels are bf16/fp16 (fp32 runs on the exact igemm dots)")
         if self.family is Family.DWROLL:
             if self.vec != 8 or self.num_stages not in (1, 2) or self.group_m != 1:
                 raise ConfigError("vec/num_stages/group_m: dwroll kernels use vec=8 (16-byte channel runs), "

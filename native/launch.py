@@ -76,6 +76,7 @@ def templates() -> dict[tuple[Direction, Family], KernelTemplate]:
     if _TEMPLATES is None:
         from tiledispatch.native.kernels.direct import DirectBackwardData, DirectBackwardWeight, DirectForward
         from tiledispatch.native.kernels.dwroll import DwrollBackwardWeight, DwrollData
+        from tiledispatch.native.kernels.gwalk import GwalkConvolution
         from tiledispatch.native.kernels.igemm_bwd_data import IgemmBackwardData
         from tiledispatch.native.kernels.igemm_bwd_weight import IgemmBackwardWeight
         from tiledispatch.native.kernels.igemm_fwd import IgemmForward
@@ -85,7 +86,8 @@ def templates() -> dict[tuple[Direction, Family], KernelTemplate]:
         for template in (IgemmForward(), IgemmBackwardData(), IgemmBackwardWeight(), DirectForward(),
                          DirectBackwardData(), DirectBackwardWeight(),
                          TmaConvolution(Direction.FORWARD), TmaConvolution(Direction.BACKWARD_DATA),
-                         DwrollData(Direction.FORWARD), DwrollData(Direction.BACKWARD_DATA), DwrollBackwardWeight()):
+                         DwrollData(Direction.FORWARD), DwrollData(Direction.BACKWARD_DATA), DwrollBackwardWeight(),
+                         GwalkConvolution(Direction.FORWARD), GwalkConvolution(Direction.BACKWARD_DATA)):
             for family in template.families:
                 table[(template.direction, family)] = template
         _TEMPLATES = table

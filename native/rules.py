@@ -75,6 +75,18 @@ def _direct_ok(config: KernelConfig) -> bool:
     return 1 <= per_thread <= MAX_DIRECT_ELEMENTS_PER_THREAD
 
 
+#: gwalk tiles: GEMM M (images × output columns), merged channel tiles, output rows walked per program.
+_GWALK_BLOCK_M = (32, 64, 128, 256)
+_GWALK_BLOCK_NK = (16, 32, 64, 128)
+_GWALK_ROWS = (1, 2, 4)
+_GWALK_MERGE = (1, 2, 4, 8, 16)
+
+
+def gwalk_accumulator_registers(config: KernelConfig) -> int:
+    """fp32 accumulator registers a gwalk thread holds: one tile per output row walked."""
+    return config.group_m * config.accumulator_registers
+
+
 def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> Iterator[KernelConfig]:
     """Every combination of field values ``full`` may hold; with ``narrow`` only the values that the
     default rule can accept (a pure speed-up: the rules below still decide membership)."""
@@ -90,6 +102,15 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
                 domains = ((64, 128, 256), (64, 128, 256), (16, 32, 64), (4, 8), (3, 4), (8,))
             for bm, bn, bk, warps, stages, gm in itertools.product(*domains):
                 yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, stages, gm, 1, 1, 8, False)
+            continue
+        if family is Family.GWALK:
+            if dtype not in family.dtypes or ndim not in family.ndims:
+                continue
+            domains = (_GWALK_BLOCK_M, _GWALK_BLOCK_NK, _GWALK_BLOCK_NK, _TC_WARPS, _GWALK_ROWS, _GWALK_MERGE)
+            if narrow:
+                domains = ((64, 128), (16, 32), (16, 32), (4, 8), (2, 4), _GWALK_MERGE)
+            for bm, bn, bk, warps, rows, mg in itertools.product(*domains):
+                yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, 1, rows, 1, mg, 8, False)
             continue
         if family is Family.DWROLL:
             domains = (_DWROLL_BLOCK_W, _DWROLL_BLOCK_N, _DWROLL_FILTER_HEIGHTS, _DIRECT_WARPS, (1, 2),
@@ -145,6 +166,10 @@ def dwroll_live_values(config: KernelConfig) -> float:
 def _full_rule(config: KernelConfig, arch: ArchSpec) -> bool:
     if config.family is Family.DWROLL:
         return _dwroll_ok(config)
+    if config.family is Family.GWALK:  # (8 warps on small tiles allowed: the walk holds ROWS accumulator tiles)
+        return (config.smem_bytes_estimate <= arch.smem_per_block_bytes - EPILOGUE_SMEM_RESERVE
+                and 4 <= config.accumulator_registers
+                and gwalk_accumulator_registers(config) <= MAX_ACCUMULATOR_REGISTERS)
     return _tensor_core_ok(config, arch) if config.family.uses_tensor_cores else _direct_ok(config)
 
 
@@ -195,6 +220,10 @@ DWROLL_PREFETCH_DATA_TILES = {3: ((32, 32, 4), (32, 64, 4), (64, 32, 4), (64, 16
 #: Not yet measured against the unsplit tiles.
 SPLIT_K_DATA_TILES = ((32, 32, 64), (64, 32, 64), (64, 64, 64))
 SPLIT_K_DATA_SPLITS = (4, 8, 16)
+
+
+#: gwalk (block_m, block_n, block_k, warps) in ``default`` (see ``_default_rule``).
+GWALK_DEFAULT_TILES = frozenset({(64, 16, 16, 4), (128, 16, 16, 4), (64, 32, 32, 4), (128, 32, 32, 8)})
 
 
 def _default_split_data_rule(c: KernelConfig) -> bool:
@@ -265,6 +294,16 @@ def _default_rule(config: KernelConfig) -> bool:
         if c.direction is Direction.BACKWARD_DATA:  # the other tiles spill (H200 build of 735ad29)
             return tile in ((64, 32), (128, 16))
         return tile in ((64, 16), (64, 32), (128, 16), (128, 32), (64, 64), (32, 32))
+    if c.family is Family.GWALK:
+        # Square merged tiles (C/G = K/G in the networks' grouped layers) of at most 32x32 channels, merges
+        # leaving at least 4 channels per group in the tile. H200 probe (bench/results/2026-11-26_h200_s12/
+        # walk_probe): on ResNeXt-50's stride-1 grouped 3x3 layers the best walk was 64 or 128 rows x 32x32 on
+        # every layer, 10-46 % faster than default's best kernel. The static walk keeps many loads in flight:
+        # ptxas (sm_90, triton 3.6) spills 64x64 channel tiles at every M and warp count, 128x32 on 4 warps,
+        # and 32-row tiles; these are spill-free (128-254 registers).
+        tile = (c.block_m, c.block_n, c.block_k, c.num_warps)
+        rows = (2,) if c.num_warps == 8 else (2, 4)
+        return tile in GWALK_DEFAULT_TILES and c.group_m in rows and c.merge * 4 <= c.block_k
     if c.family is Family.TMA:
         # Not in default yet (H200, dev suite of 861c2b3, every kernel of default + these tiles in one run):
         # correct everywhere, but best on 2 of 20 stride-1 problem-directions and only by 2-8 % (dense fwd
@@ -339,6 +378,8 @@ def _tiny_rule(config: KernelConfig) -> bool:
     c = config
     if c.dtype is not DType.BF16 or c.index64:
         return False
+    if c.family is Family.GWALK:  # one 4-warp and one 8-warp tile
+        return (c.block_m, c.block_n, c.group_m) in ((64, 32, 4), (128, 32, 2)) and c.merge == 2
     if c.family is Family.DWROLL:  # plain and prefetching; the lean backward-weight tile at 128 splits
         lean = (c.block_m, c.block_n, c.block_k, c.num_warps, c.num_stages, c.split_k) == (64, 16, 3, 8, 2, 128)
         if c.direction is Direction.BACKWARD_WEIGHT and lean:

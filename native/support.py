@@ -56,8 +56,8 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
             if problem.in_channels % 8 or problem.out_channels % 8:
                 return Support(False, f"in_channels/out_channels: {problem.in_channels}/{problem.out_channels} "
                                       "not divisible by 8 (kernel needs v8 alignment)")
-        elif config.family is Family.GMERGE:
-            # gmerge loads and stores the merged channel runs (MERGE·C/G, MERGE·K/G) as wholes.
+        elif config.family in (Family.GMERGE, Family.GWALK):
+            # gmerge / gwalk load and store the merged channel runs (MERGE·C/G, MERGE·K/G) as wholes.
             if (config.merge * cg) % 8 or (config.merge * kg) % 8 or problem.in_channels % 8 \
                     or problem.out_channels % 8:
                 return Support(False, f"in_channels/out_channels: merged runs MERGE*C/G={config.merge * cg}, "
@@ -97,6 +97,10 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
         refusal = _tma_refusal(problem, config)
         if refusal:
             return Support(False, refusal)
+    if config.family is Family.GWALK:
+        refusal = _gwalk_refusal(problem, config)
+        if refusal:
+            return Support(False, refusal)
     if config.split_k > 1 and problem.direction is not Direction.BACKWARD_WEIGHT:
         # Forward / backward-data (igemm, gmerge, gemm1x1): any reduction length (an empty split stores
         # zero partials); only the fp32 partials' size is bounded.
@@ -112,6 +116,28 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
             return Support(False, f"batch/output size: reduction of {reduction} positions is too short for "
                                   f"split_k={config.split_k} steps of {step}")
     return _YES
+
+
+def _gwalk_refusal(problem: ConvProblem, config: KernelConfig) -> str:
+    """Why a ``gwalk`` kernel cannot run the problem ('' when it can): a 3×3 filter, stride 1, dilation 1
+    (compiled in), a merged block's reduction and output channels within the config's tiles, 32-bit
+    offsets (``needs_int64_index`` already refused above for i32 configs)."""
+    if tuple(problem.filter_size) != (3, 3):
+        return f"filter_size: gwalk kernels run 3x3 filters, got {list(problem.filter_size)}"
+    if any(s != 1 for s in problem.stride) or any(d != 1 for d in problem.dilation):
+        return (f"stride/dilation: gwalk kernels need stride 1 and dilation 1, got stride {list(problem.stride)}, "
+                f"dilation {list(problem.dilation)}")
+    if config.merge > problem.groups:
+        return f"groups: gwalk merges {config.merge} groups per program, problem has {problem.groups}"
+    reduction, columns = problem.c_per_group, problem.k_per_group
+    if problem.direction is Direction.BACKWARD_DATA:
+        reduction, columns = columns, reduction
+    if config.merge * reduction > config.block_k or config.merge * columns > config.block_n:
+        names = ("K/G", "C/G") if problem.direction is Direction.BACKWARD_DATA else ("C/G", "K/G")
+        return (f"in_channels/out_channels: MERGE*{names[0]}={config.merge * reduction} and MERGE*{names[1]}="
+                f"{config.merge * columns} must fit the kernel's block_k={config.block_k} and "
+                f"block_n={config.block_n}")
+    return ""
 
 
 def _dwroll_refusal(problem: ConvProblem, config: KernelConfig) -> str:

@@ -15,7 +15,7 @@ from tiledispatch.native.rules import rule_set_configs
 
 # The grammar, written out independently of configs._NAME_RE.
 GRAMMAR = re.compile(
-    r"gconv_(fwd|bwd_data|bwd_weight)_(bf16|fp16|fp32)_([23])d_(igemm|gmerge|gemm1x1|direct|tma|dwroll)"
+    r"gconv_(fwd|bwd_data|bwd_weight)_(bf16|fp16|fp32)_([23])d_(igemm|gmerge|gemm1x1|direct|tma|dwroll|gwalk)"
     r"_([1-9][0-9]*)x([1-9][0-9]*)x([1-9][0-9]*)_w([1-9][0-9]*)_s([1-9][0-9]*)_gm([1-9][0-9]*)"
     r"_sk([1-9][0-9]*)_mg([1-9][0-9]*)_v(1|8)_i(32|64)"
 )
@@ -65,7 +65,7 @@ def test_full_sample_round_trips():
     # every slice and family is represented in the sample
     assert {(c.direction, c.dtype, c.ndim, c.family) for c in sample} == {
         (d, t, n, f) for d, t, n in all_slices() for f in Family
-        if d in f.directions and not (f is Family.TMA and t is DType.FP32)}
+        if d in f.directions and n in f.ndims and t in f.dtypes}
 
 
 def test_names_unique_across_whole_full_slice():
@@ -184,6 +184,13 @@ INVALID_CONFIGS = [
     ("merge_gemm1x1", tc(family=Family.GEMM1X1, merge=4), "merge"),
     ("merge_direct", direct(merge=2), "merge"),
     ("gmerge_merge1", tc(family=Family.GMERGE, merge=1), "merge"),
+    ("gwalk_3d", tc(family=Family.GWALK, ndim=3, vec=8, num_stages=1, group_m=2), "ndim"),
+    ("gwalk_pipelined", tc(family=Family.GWALK, vec=8, num_stages=3, group_m=2), "num_stages"),
+    ("gwalk_unaligned", tc(family=Family.GWALK, vec=1, num_stages=1, group_m=2), "vec"),
+    ("gwalk_rows_8", tc(family=Family.GWALK, vec=8, num_stages=1, group_m=8), "group_m"),
+    ("gwalk_fp32", tc(family=Family.GWALK, dtype=DType.FP32, vec=8, num_stages=1, group_m=2), "dtype"),
+    ("gwalk_bwd_weight", tc(family=Family.GWALK, direction=Direction.BACKWARD_WEIGHT, vec=8, num_stages=1,
+                            group_m=2), "family"),
     ("block_m_48", tc(block_m=48), "block_m"),
     ("block_n_24", tc(block_n=24), "block_n"),
     ("block_k_40", tc(block_k=40), "block_k"),

@@ -25,7 +25,8 @@ SLICES = all_slices()
 def hard_rule_violation(config: KernelConfig, arch: str) -> str | None:
     """The hard rules of ``full``, restated: shared memory within the per-block budget (less the
     epilogue reserve), accumulators per thread bounded, 8 warps only for tiles that feed two
-    warpgroups, direct kernels within their per-thread element budget."""
+    warpgroups (gwalk: any tile, its accumulators counted per output row walked), direct kernels within
+    their per-thread element budget."""
     spec = get_arch(arch)
     if config.family is Family.DWROLL:
         # Live fp32 tiles per thread: F_H accumulators + the input (data directions), F_H² accumulators
@@ -50,6 +51,9 @@ def hard_rule_violation(config: KernelConfig, arch: str) -> str | None:
     if smem > spec.smem_per_block_bytes - EPILOGUE_SMEM_RESERVE:
         return f"smem {smem} > {spec.smem_per_block_bytes} - {EPILOGUE_SMEM_RESERVE}"
     acc = config.block_m * config.block_n // (32 * config.num_warps)
+    if config.family is Family.GWALK:  # one accumulator tile per output row walked; 8 warps on any tile
+        rows_acc = config.group_m * acc
+        return None if 4 <= acc and rows_acc <= MAX_ACCUMULATOR_REGISTERS else f"gwalk accumulators {rows_acc}"
     if not 4 <= acc <= MAX_ACCUMULATOR_REGISTERS:
         return f"accumulator registers {acc}"
     if config.num_warps == 8 and config.block_m * config.block_n < 128 * 64:
@@ -138,7 +142,7 @@ def test_empty_narrowing_gives_nothing(narrowing):
 # ---- coverage of families --------------------------------------------------------------------
 TINY_FAMILY_CASES = [
     pytest.param(d, n, f, id=f"{d.value}-{n}d-{f.value}")
-    for d in Direction for n in (2, 3) for f in DEFAULT_FAMILIES if d in f.directions
+    for d in Direction for n in (2, 3) for f in DEFAULT_FAMILIES if d in f.directions and n in f.ndims
 ]
 
 
@@ -155,7 +159,7 @@ def test_every_family_in_tiny(direction, ndim, family):
 @pytest.mark.parametrize("key", [k for k in SLICES if k[1] in HALF_DTYPES], ids=slice_id)
 def test_default_covers_every_family(key):
     families = {c.family for c in rule_slice("default", *key)}
-    assert families == {f for f in DEFAULT_FAMILIES if key[0] in f.directions}
+    assert families == {f for f in DEFAULT_FAMILIES if key[0] in f.directions and key[2] in f.ndims}
 
 
 @pytest.mark.parametrize("key", SLICES, ids=slice_id)

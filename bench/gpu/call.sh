@@ -4,11 +4,12 @@
 # its sweeps by the call's deadline ($T0 + $DEADLINE_S, default 560 s); sweeps resume on the next call.
 #   synth:    100 synthetic problems x 3 directions (seed 7, --oracle-only) and their report; the sweep folder is
 #             .carry/synthetic, carried from call to call so that a second call resumes it.
-#   complete: the split-K forward/backward-data kernels on the bf16 training and validation problems already
-#             measured (completion sweeps, training timing), then whatever is left of synth.
+#   complete: the split-K forward/backward-data kernels (KERNELS regex, default '_sk(?!1_)'; FAMILIES: a family
+#             list instead, e.g. gwalk; NAME: the output folders' tag, default splitk) on the bf16 training and
+#             validation problems already measured (completion sweeps, training timing), then what is left of synth.
 #   torch:    the PyTorch integration's and the service's GPU tests (the service needs grpcio >= 1.85.1 and its
 #             companions: wheels in .whl), the e2e benchmark eager + CUDA graphs (TESTS=0: no tests; E2E=0: no e2e).
-#   tests:    every kernel GPU test.
+#   tests:    every kernel GPU test (TESTS_K: a pytest -k expression).
 # (Session 10 ran this script as bench/gpu/s10_call.sh with modes tests | dev | torch.)
 # TILEDISPATCH_GIT_COMMIT must name the commit the tree is (the copied .git is stale).
 set -uo pipefail
@@ -40,14 +41,16 @@ case ${1:?synth, complete, torch or tests} in
   synth) synth ;;
   complete)
     M=models/data/measured
+    if [ -n "${FAMILIES:-}" ]; then select=(--families "$FAMILIES"); else select=(--kernels "${KERNELS:-_sk(?!1_)}"); fi
     for kind in train validation; do
       for d in fwd bwd_data; do
         if [ $kind = train ]; then s5=$M/h200_s5/train_$d; else s5=$M/h200_s5/complete_validation_$d; fi
         folders="$M/h200_s3/${kind}_$d $M/h200_s4/${kind}_$d $s5 $M/h200_s6/complete_${kind}_$d $M/h200_s6/complete_prefetch_${kind}_$d $M/h200_s8/refresh_${kind}_$d"
         # shellcheck disable=SC2086
         timeout "$(left)" td bench --problems models/data/problems/${kind}_$d.json --direction $d --complete $folders \
-          --kernels '_sk(?!1_)' --training --cache-dir "$REG" --out "$WORK/complete_splitk_${kind}_$d" > "$WORK/logs/complete_splitk_${kind}_$d.txt" 2>&1
-        echo "complete $kind $d rc $?"; grep -E "^bench: completing" "$WORK/logs/complete_splitk_${kind}_$d.txt"; tail -1 "$WORK/logs/complete_splitk_${kind}_$d.txt"
+          "${select[@]}" --training --cache-dir "$REG" \
+          --out "$WORK/complete_${NAME:-splitk}_${kind}_$d" > "$WORK/logs/complete_${NAME:-splitk}_${kind}_$d.txt" 2>&1
+        echo "complete $kind $d rc $?"; grep -E "^bench: completing" "$WORK/logs/complete_${NAME:-splitk}_${kind}_$d.txt"; tail -1 "$WORK/logs/complete_${NAME:-splitk}_${kind}_$d.txt"
       done
     done
     [ -d "$SYN" ] && [ "$(left)" -gt 60 ] && synth
@@ -60,7 +63,7 @@ case ${1:?synth, complete, torch or tests} in
     [ "${E2E:-1}" = 0 ] || TILEDISPATCH_REGISTRY_DIR="$REG" timeout "$(left)" python3 bench/torch_e2e.py --cuda-graph ${E2E_ARGS:-} --models ${MODELS:-mobilenet_v2,convnext_tiny,resnext50_32x4d} --batches ${BATCHES:-32,128} --steps 10 --rounds ${ROUNDS:-5} --warmup ${WARMUP:-3} --out-dir "$WORK/torch_e2e" > "$WORK/logs/torch_e2e.txt" 2>&1; echo "e2e rc $?"; grep -E "batch|speedup|CUDA graphs" "$WORK/logs/torch_e2e.txt" | tail -20
     ;;
   tests)
-    TILEDISPATCH_TEST_REGISTRY="$REG" timeout "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_gpu.py > "$WORK/logs/gpu_tests_kernels.txt" 2>&1
+    TILEDISPATCH_TEST_REGISTRY="$REG" timeout "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_gpu.py ${TESTS_K:+-k "$TESTS_K"} > "$WORK/logs/gpu_tests_kernels.txt" 2>&1
     tail -3 "$WORK/logs/gpu_tests_kernels.txt"
     ;;
 esac

@@ -44,6 +44,13 @@ SHAPES_2D = {
     # with dilated columns, 4 rows per image (a row chunk shorter than the filter).
     "dwroll_stride1": dict(batch=2, groups=16, in_channels=16, out_channels=16, input_size=(4, 13),
                            filter_size=(7, 5), stride=(1, 1), dilation=(1, 2), pad_begin=(8, 1), pad_end=(0, 4)),
+    # gwalk: 4 channels per group (merged runs 8-aligned from merge 2), 6 groups (merge 4 leaves a partial
+    # last block), asymmetric pads, output 4 wide (several images per program).
+    "walk_grouped": dict(batch=3, groups=6, in_channels=24, out_channels=24, input_size=(7, 5), filter_size=(3, 3),
+                         stride=(1, 1), dilation=(1, 1), pad_begin=(1, 0), pad_end=(2, 1)),
+    # gwalk: C/G 8, K/G 16, output 19 wide (two column tiles of 16), 5 output rows (a partial row block).
+    "walk_wide": dict(batch=2, groups=2, in_channels=16, out_channels=32, input_size=(5, 19), filter_size=(3, 3),
+                      stride=(1, 1), dilation=(1, 1), pad_begin=(1, 1), pad_end=(1, 1)),
     # No padding: the forward tma kernel reads the input in place (no padded copy).
     "stride1_valid": dict(batch=2, groups=1, in_channels=32, out_channels=16, input_size=(4, 5), filter_size=(2, 2),
                           stride=(1, 1), dilation=(1, 1), pad_begin=(0, 0), pad_end=(0, 0)),
@@ -75,6 +82,7 @@ FAMILY_SHAPES = {
     Family.DIRECT: ("depthwise", "dw_multiplier", "grouped_odd", "stride3", "depthwise_odd", "depthwise_7x7"),
     Family.TMA: ("stride1_grouped", "stride1_valid"),
     Family.DWROLL: ("depthwise", "dwroll_strided", "dwroll_stride1", "dwroll"),
+    Family.GWALK: ("depthwise", "walk_grouped", "walk_wide"),
 }
 
 
@@ -89,10 +97,15 @@ def problem(direction: Direction, dtype: DType, ndim: int, label: str) -> ConvPr
 
 def small_config(direction: Direction, dtype: DType, ndim: int, family: Family, *, num_warps: int = 4,
                  split_k: int = 1, merge: int = 2, vec: int = 1, index64: bool = False,
-                 taps_w: int = 1, stages: int = 1, wide: bool = False) -> KernelConfig:
+                 taps_w: int = 1, stages: int = 1, wide: bool = False, rows: int = 2) -> KernelConfig:
     """Small tiles, so tiny problems still cover several tiles and the masked edges. ``taps_w``: the
     direct block_k (4/8: the depthwise tap-row programs) or the dwroll filter height; ``wide``: a dwroll
-    tile of 16 elements per thread (2D 3x3: the walk with tap-major weights instead of held ones)."""
+    tile of 16 elements per thread (2D 3x3: the walk with tap-major weights instead of held ones), a
+    gwalk tile of 64x64 channels (weights loaded per tap instead of held); ``rows``: gwalk's output rows."""
+    if family is Family.GWALK:
+        side = 64 if wide else 16
+        return KernelConfig(direction, dtype, ndim, family, 32 if wide else 16, side, side, num_warps, 1, rows, 1,
+                            merge, 8, index64)
     if family is Family.DWROLL:  # one warp: 4 elements per thread of an 8x16 tile (16 of 16x32)
         block_w, block_n = (16, 32) if wide else (8, 16)
         return KernelConfig(direction, dtype, ndim, family, block_w, block_n, taps_w, 1, stages, 1, split_k, 1, 8,
@@ -109,6 +122,8 @@ def cases(ndims=(2, 3)):
     for ndim in ndims:
         available = SHAPES_2D if ndim == 2 else SHAPES_3D
         for family, labels in FAMILY_SHAPES.items():
+            if family is Family.GWALK and ndim != 2:
+                continue  # gwalk kernels are 2D
             for label in labels:
                 if label not in available:
                     continue
@@ -127,6 +142,11 @@ def cases(ndims=(2, 3)):
                         variants = [dict(vec=8)]
                     if family is Family.IGEMM and label == "grouped_odd":
                         variants.append(dict(index64=True))
+                    if family is Family.GWALK:  # merged runs 8-aligned; 1, 2 and 4 rows; held and loaded weights
+                        variants = {"depthwise": [dict(merge=8, rows=4)],
+                                    "walk_grouped": [dict(merge=2, rows=1), dict(merge=4, rows=2),
+                                                     dict(merge=4, rows=4, wide=True)],
+                                    "walk_wide": [dict(merge=1, rows=4), dict(merge=2, rows=2, wide=True)]}[label]
                     if family is Family.GMERGE and label == "dw_multiplier":
                         variants = [dict(merge=4)]  # 5 groups: the last block is partial
                     if family is Family.GMERGE and label == "small_groups":
@@ -178,6 +198,10 @@ DWROLL_GPU_TILES = {
     False: {3: ((16, 64, 4), (32, 64, 8), (64, 32, 4)), 5: ((16, 64, 4), (32, 64, 8)), 7: ((16, 64, 4), (32, 64, 8))},
     True: {3: ((16, 64, 4), (32, 64, 8)), 5: ((16, 32, 4), (32, 32, 8)), 7: ((16, 16, 4), (32, 16, 8))},
 }
+#: gwalk GPU-test tiles ((block_m, block_n, block_k, warps), rows, merge): default's tiles (spill-free on sm_90),
+#: at 1, 2 and 4 rows, merging 1-4 groups.
+GWALK_GPU_TILES = (((64, 32, 32, 4), 4, 4), ((128, 32, 32, 8), 2, 1), ((64, 16, 16, 4), 1, 2),
+                   ((128, 16, 16, 4), 4, 1))
 #: Backward-weight dwroll kernels beyond DWROLL_GPU_TILES: default's lean 3x3 tile at its largest split.
 DWROLL_GPU_EXTRA_WEIGHT = ((64, 16, 3, 8, 2, 128),)
 
@@ -199,6 +223,11 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
                 out += [KernelConfig(direction, dtype, ndim, family, block_w, block_n, height, num_warps, stages, 1,
                                      split_k, 1, 8)
                         for block_w, block_n, height, num_warps, stages, split_k in DWROLL_GPU_EXTRA_WEIGHT]
+            continue
+        if family is Family.GWALK:  # 2D bf16/fp16: held (32x32) and loaded (64x64) weights, 4 and 8 warps
+            if ndim == 2 and dtype is not DType.FP32:
+                out += [KernelConfig(direction, dtype, ndim, family, *tile, 1, rows, 1, merge, 8)
+                        for tile, rows, merge in GWALK_GPU_TILES]
             continue
         if family is Family.TMA:  # aligned only; bf16/fp16
             if dtype is not DType.FP32:

@@ -149,6 +149,32 @@ def test_random_depthwise_rolling_rows(registry, direction, dtype, ndim, seed):
     assert not _check(problem, registry, configs), problem.key
 
 
+def _random_walk_problem(rng: random.Random, direction: Direction, dtype: DType) -> ConvProblem:
+    """A grouped 3x3 stride-1 problem the gwalk kernels run: 4-32 channels per group (K/G = C/G or twice it),
+    odd group counts (partial merged blocks), pads 0-2 on either side, widths from a few columns (several
+    images per program) to past a 128-row tile (several column tiles)."""
+    cg = rng.choice([4, 8, 16, 32])
+    kg = rng.choice([cg, cg, min(2 * cg, 32)])
+    groups = rng.choice([2, 3, 6, 8, 32])
+    size = (rng.randint(3, 30), rng.choice([rng.randint(3, 9), rng.randint(10, 70), rng.randint(129, 150)]))
+    return ConvProblem(direction=direction, dtype=dtype, batch=rng.randint(1, 5), groups=groups,
+                       in_channels=groups * cg, out_channels=groups * kg, input_size=size, filter_size=(3, 3),
+                       stride=(1, 1), dilation=(1, 1), pad_begin=(rng.randint(0, 2), rng.randint(0, 2)),
+                       pad_end=(rng.randint(0, 2), rng.randint(0, 2)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.value)
+@pytest.mark.parametrize("direction", [Direction.FORWARD, Direction.BACKWARD_DATA], ids=lambda d: d.value)
+def test_random_grouped_walks(registry, direction, dtype, seed):
+    rng = random.Random(f"gwalk-{direction}-{dtype}-{seed}-{random.random()}")
+    problem = _random_walk_problem(rng, direction, dtype)
+    configs = [c for c in registry.configs if c.family is Family.GWALK and c.direction is direction
+               and c.dtype is dtype and is_supported(problem, c)]
+    assert configs, f"no gwalk kernel supports {problem.key}"
+    assert not _check(problem, registry, configs), problem.key
+
+
 #: Split-K forward / backward-data problems (label -> ConvProblem fields): small GEMM M (batch 1), what
 #: split-K is for — the dense 14x14 3x3 layer of the H200 dev suite (M = 196: 32 CTAs unsplit), a 7x7 one,
 #: 1x1 (gemm1x1) — and odd ones: channels not multiples of 8 (the v1 kernels), strides 2 (backward-data's

@@ -18,10 +18,10 @@ pytestmark = pytest.mark.interpreter
 CASES = cases()
 
 
-# tma kernels exist in bf16/fp16 only (fp32 runs on the exact igemm dots).
+# tma and gwalk kernels exist in bf16/fp16 only (fp32 runs on the exact igemm dots).
 DTYPE_CASES = [pytest.param(case, dtype, id=f"{case_id(case)}-{dtype.value}")
                for case in CASES for dtype in (DType.FP16, DType.FP32)
-               if not (case[2] is Family.TMA and dtype is DType.FP32)]
+               if not (case[2] in (Family.TMA, Family.GWALK) and dtype is DType.FP32)]
 
 
 @pytest.mark.parametrize("case, dtype", DTYPE_CASES)
