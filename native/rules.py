@@ -108,7 +108,7 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
                 continue
             domains = (_GWALK_BLOCK_M, _GWALK_BLOCK_NK, _GWALK_BLOCK_NK, _TC_WARPS, _GWALK_ROWS, _GWALK_MERGE)
             if narrow:
-                domains = ((64, 128), (16, 32), (16, 32), (4, 8), (2, 4), _GWALK_MERGE)
+                domains = ((64, 128), (16, 32, 64), (16, 32, 64), (4, 8), (2, 4), _GWALK_MERGE)
             for bm, bn, bk, warps, rows, mg in itertools.product(*domains):
                 yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, 1, rows, 1, mg, 8, False)
             continue
@@ -223,7 +223,8 @@ SPLIT_K_DATA_SPLITS = (4, 8, 16)
 
 
 #: gwalk (block_m, block_n, block_k, warps) in ``default`` (see ``_default_rule``).
-GWALK_DEFAULT_TILES = frozenset({(64, 16, 16, 4), (128, 16, 16, 4), (64, 32, 32, 4), (128, 32, 32, 8)})
+GWALK_DEFAULT_TILES = frozenset({(64, 16, 16, 4), (128, 16, 16, 4), (64, 32, 32, 4), (128, 32, 32, 4),
+                                 (128, 32, 32, 8), (64, 64, 64, 4), (128, 64, 64, 8)})
 
 
 def _default_split_data_rule(c: KernelConfig) -> bool:
@@ -295,15 +296,13 @@ def _default_rule(config: KernelConfig) -> bool:
             return tile in ((64, 32), (128, 16))
         return tile in ((64, 16), (64, 32), (128, 16), (128, 32), (64, 64), (32, 32))
     if c.family is Family.GWALK:
-        # Square merged tiles (C/G = K/G in the networks' grouped layers) of at most 32x32 channels, merges
-        # leaving at least 4 channels per group in the tile. H200 probe (bench/results/2026-11-26_h200_s12/
-        # walk_probe): on ResNeXt-50's stride-1 grouped 3x3 layers the best walk was 64 or 128 rows x 32x32 on
-        # every layer, 10-46 % faster than default's best kernel. The static walk keeps many loads in flight:
-        # ptxas (sm_90, triton 3.6) spills 64x64 channel tiles at every M and warp count, 128x32 on 4 warps,
-        # and 32-row tiles; these are spill-free (128-254 registers).
+        # Square merged tiles (C/G = K/G in the networks' grouped layers), merges leaving at least 4 channels
+        # per group in the tile, 2 or 4 output rows. H200 probe (bench/results/2026-11-26_h200_s12/walk_probe):
+        # on ResNeXt-50's stride-1 grouped 3x3 layers the best walk was 64 or 128 rows x 32x32 on every layer,
+        # 10-46 % faster than default's best kernel; 16x16 and 64x64 serve narrower and wider groups.
+        # Spill-free on sm_90 (ptxas of triton 3.6: 42-153 registers for the 4-warp tiles).
         tile = (c.block_m, c.block_n, c.block_k, c.num_warps)
-        rows = (2,) if c.num_warps == 8 else (2, 4)
-        return tile in GWALK_DEFAULT_TILES and c.group_m in rows and c.merge * 4 <= c.block_k
+        return tile in GWALK_DEFAULT_TILES and c.group_m in (2, 4) and c.merge * 4 <= c.block_k
     if c.family is Family.TMA:
         # Not in default yet (H200, dev suite of 861c2b3, every kernel of default + these tiles in one run):
         # correct everywhere, but best on 2 of 20 stride-1 problem-directions and only by 2-8 % (dense fwd

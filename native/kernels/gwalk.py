@@ -54,6 +54,13 @@ def _gwalk_kernel(
 ):
     """C_TOTAL / K_TOTAL: channels of the tensor walked / written; GC / GK: a group block's reduction /
     output channels (c0 = gb·GC, k0 = gb·GK). 3×3 filter, stride 1, dilation 1 (compiled in)."""
+    # Multiples of 8 (the support check guarantees it), written so that the compiler can prove every channel
+    # run 16-byte aligned: run-time sizes carry no divisibility hint in the registry's one-binary-per-config
+    # build, and without this every load and store is a 2-byte scalar (SASS: LDG.E.U16).
+    C_TOTAL = (C_TOTAL // 8) * 8
+    K_TOTAL = (K_TOTAL // 8) * 8
+    GC = (GC // 8) * 8
+    GK = (GK // 8) * 8
     pid = tl.program_id(0)
     group_block = tl.program_id(1)
     w_tiles = tl.cdiv(OUT_W, TILE_W)

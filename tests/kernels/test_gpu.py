@@ -151,11 +151,12 @@ def test_random_depthwise_rolling_rows(registry, direction, dtype, ndim, seed):
 
 def _random_walk_problem(rng: random.Random, direction: Direction, dtype: DType) -> ConvProblem:
     """A grouped 3x3 stride-1 problem the gwalk kernels run: 4-32 channels per group (K/G = C/G or twice it),
-    odd group counts (partial merged blocks), pads 0-2 on either side, widths from a few columns (several
-    images per program) to past a 128-row tile (several column tiles)."""
+    odd group counts (partial merged blocks) where the channel counts stay multiples of 8 (the family's
+    16-byte runs), pads 0-2 on either side, widths from a few columns (several images per program) to past
+    a 128-row tile (several column tiles)."""
     cg = rng.choice([4, 8, 16, 32])
     kg = rng.choice([cg, cg, min(2 * cg, 32)])
-    groups = rng.choice([2, 3, 6, 8, 32])
+    groups = rng.choice([2, 6, 8, 32] if cg == 4 else [2, 3, 6, 8, 32])
     size = (rng.randint(3, 30), rng.choice([rng.randint(3, 9), rng.randint(10, 70), rng.randint(129, 150)]))
     return ConvProblem(direction=direction, dtype=dtype, batch=rng.randint(1, 5), groups=groups,
                        in_channels=groups * cg, out_channels=groups * kg, input_size=size, filter_size=(3, 3),
