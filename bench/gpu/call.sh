@@ -10,7 +10,8 @@
 #   torch:    the PyTorch integration's and the service's GPU tests (the service needs grpcio >= 1.85.1 and its
 #             companions: wheels in .whl), the e2e benchmark eager + CUDA graphs (TESTS=0: no tests; E2E=0: no e2e).
 #   tests:    every kernel GPU test (TESTS_K: a pytest -k expression).
-#   dev:      the dev suite (../shared/bench/dev_suite.json), every default kernel and cuDNN, --oracle-only, and its
+#   dev:      the dev suite (../shared/bench/dev_suite.json), every default kernel and cuDNN (DEV_ARGS: e.g.
+#             --oracle-only), and its
 #             report.
 # (Session 10 ran this script as bench/gpu/s10_call.sh with modes tests | dev | torch.)
 # TILEDISPATCH_GIT_COMMIT must name the commit the tree is (the copied .git is stale).
@@ -65,7 +66,7 @@ case ${1:?synth, complete, torch, tests or dev} in
     [ "${E2E:-1}" = 0 ] || TILEDISPATCH_REGISTRY_DIR="$REG" timeout "$(left)" python3 bench/torch_e2e.py --cuda-graph ${E2E_ARGS:-} --models ${MODELS:-mobilenet_v2,convnext_tiny,resnext50_32x4d} --batches ${BATCHES:-32,128} --steps 10 --rounds ${ROUNDS:-5} --warmup ${WARMUP:-3} --out-dir "$WORK/torch_e2e" > "$WORK/logs/torch_e2e.txt" 2>&1; echo "e2e rc $?"; grep -E "batch|speedup|CUDA graphs" "$WORK/logs/torch_e2e.txt" | tail -20
     ;;
   dev)
-    timeout "$(left)" td bench --problems "$TILEDISPATCH_SHARED_DIR/bench/dev_suite.json" --oracle-only --cache-dir "$REG" \
+    timeout "$(left)" td bench --problems "$TILEDISPATCH_SHARED_DIR/bench/dev_suite.json" ${DEV_ARGS:-} --cache-dir "$REG" \
       --out "$WORK/dev_suite" > "$WORK/logs/bench_dev.txt" 2>&1; echo "dev rc $?"; tail -2 "$WORK/logs/bench_dev.txt"
     python3 bench/report.py "$WORK/dev_suite" --out "$WORK/report_dev_suite" --title "Dev suite: tiledispatch vs cuDNN (bf16)" 2>&1 | tail -2
     sed -n '/## Targets/,/## Per class/p' "$WORK/report_dev_suite/report.md"
