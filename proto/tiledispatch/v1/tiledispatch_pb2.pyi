@@ -35,6 +35,7 @@ class Family(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FAMILY_DIRECT: _ClassVar[Family]
     FAMILY_TMA: _ClassVar[Family]
     FAMILY_DWROLL: _ClassVar[Family]
+    FAMILY_GWALK: _ClassVar[Family]
 
 class SelectionPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -89,6 +90,7 @@ FAMILY_GEMM1X1: Family
 FAMILY_DIRECT: Family
 FAMILY_TMA: Family
 FAMILY_DWROLL: Family
+FAMILY_GWALK: Family
 SELECTION_POLICY_UNSPECIFIED: SelectionPolicy
 SELECTION_POLICY_DEFAULT: SelectionPolicy
 SELECTION_POLICY_TUNING_DB_ONLY: SelectionPolicy
