@@ -168,7 +168,7 @@ def _full_rule(config: KernelConfig, arch: ArchSpec) -> bool:
         return _dwroll_ok(config)
     if config.family is Family.GWALK:  # (8 warps on small tiles allowed: the walk holds ROWS accumulator tiles)
         return (config.smem_bytes_estimate <= arch.smem_per_block_bytes - EPILOGUE_SMEM_RESERVE
-                and 4 <= config.accumulator_registers
+                and config.accumulator_registers >= 4
                 and gwalk_accumulator_registers(config) <= MAX_ACCUMULATOR_REGISTERS)
     return _tensor_core_ok(config, arch) if config.family.uses_tensor_cores else _direct_ok(config)
 

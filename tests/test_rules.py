@@ -53,7 +53,7 @@ def hard_rule_violation(config: KernelConfig, arch: str) -> str | None:
     acc = config.block_m * config.block_n // (32 * config.num_warps)
     if config.family is Family.GWALK:  # one accumulator tile per output row walked; 8 warps on any tile
         rows_acc = config.group_m * acc
-        return None if 4 <= acc and rows_acc <= MAX_ACCUMULATOR_REGISTERS else f"gwalk accumulators {rows_acc}"
+        return None if acc >= 4 and rows_acc <= MAX_ACCUMULATOR_REGISTERS else f"gwalk accumulators {rows_acc}"
     if not 4 <= acc <= MAX_ACCUMULATOR_REGISTERS:
         return f"accumulator registers {acc}"
     if config.num_warps == 8 and config.block_m * config.block_n < 128 * 64:

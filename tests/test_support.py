@@ -281,3 +281,36 @@ def test_dwroll_refusals_name_the_field(overrides, config_height, field):
 def test_dwroll_backward_data_needs_stride_one():
     support = is_supported(_depthwise(direction="bwd_data", stride=(1, 2)), _dwroll(Direction.BACKWARD_DATA))
     assert not support and "stride" in support.reason
+
+
+# ---- gwalk: 2D 3x3 stride-1 grouped walks ------------------------------------------------------------------
+
+def _walk(direction=Direction.FORWARD, side=32, merge=4) -> KernelConfig:
+    return KernelConfig(direction, DType.BF16, 2, Family.GWALK, 64, side, side, 4, 1, 4, 1, merge, 8)
+
+
+def _resnext(**overrides) -> ConvProblem:  # 32 groups of 8 channels
+    return problem(**{**dict(groups=32, in_channels=256, out_channels=256, input_size=(28, 28)), **overrides})
+
+
+@pytest.mark.parametrize("direction", [Direction.FORWARD, Direction.BACKWARD_DATA], ids=lambda d: d.value)
+def test_gwalk_runs_grouped_3x3_stride_1_problems(direction):
+    assert is_supported(_resnext(direction=direction), _walk(direction))
+    # asymmetric pads, a partial last group block (6 groups, 4 merged), K/G twice C/G within the tiles
+    odd = _resnext(direction=direction, groups=6, in_channels=48, out_channels=96, pad_begin=(0, 2), pad_end=(2, 0))
+    assert is_supported(odd, _walk(direction, merge=2))
+
+
+@pytest.mark.parametrize("direction", [Direction.FORWARD, Direction.BACKWARD_DATA], ids=lambda d: d.value)
+@pytest.mark.parametrize("overrides, merge, field", [
+    (dict(stride=(2, 2)), 4, "stride/dilation"),
+    (dict(dilation=(1, 2), pad_begin=(1, 2), pad_end=(1, 2)), 4, "stride/dilation"),
+    (dict(filter_size=(5, 5), pad_begin=(2, 2), pad_end=(2, 2)), 4, "filter_size"),
+    (dict(filter_size=(3, 1), pad_begin=(1, 0), pad_end=(1, 0)), 4, "filter_size"),
+    (dict(groups=8, in_channels=256, out_channels=256), 2, "in_channels/out_channels"),  # 2 x 32 > 32
+    (dict(groups=2, in_channels=16, out_channels=16), 4, "groups"),                      # merges more than G
+    (dict(groups=3, in_channels=12, out_channels=12), 2, "in_channels/out_channels"),    # C = 12: no v8
+])
+def test_gwalk_refusals_name_the_field(direction, overrides, merge, field):
+    support = is_supported(_resnext(direction=direction, **overrides), _walk(direction, merge=merge))
+    assert_no(support, field.split("/")[0])

@@ -1,0 +1,50 @@
+"""gwalk's launch geometry (``native/kernels/gwalk.py``): GEMM rows packed as images × output columns, output
+rows walked per program, and backward-data's walk over dY."""
+
+from __future__ import annotations
+
+import pytest
+
+from tiledispatch.native.configs import Family, KernelConfig
+from tiledispatch.native.kernels.gwalk import holds_weights, walk_geometry
+from tiledispatch.native.problem import ConvProblem, Direction, DType
+
+
+def _config(direction=Direction.FORWARD, block_m=64, side=32, rows=4, merge=4) -> KernelConfig:
+    return KernelConfig(direction, DType.BF16, 2, Family.GWALK, block_m, side, side, 4, 1, rows, 1, merge, 8)
+
+
+def _problem(direction="fwd", **overrides) -> ConvProblem:
+    fields = dict(direction=direction, dtype="bf16", batch=32, groups=32, in_channels=128, out_channels=256,
+                  input_size=(7, 7), filter_size=(3, 3), stride=(1, 1), dilation=(1, 1), pad_begin=(1, 1),
+                  pad_end=(1, 1))
+    return ConvProblem(**{**fields, **overrides})
+
+
+def test_narrow_maps_pack_several_images_into_the_gemm_rows():
+    geo = walk_geometry(_problem(), _config())
+    assert (geo["tile_w"], geo["images"]) == (7, 9)  # 63 of 64 rows used
+    # 32 images in blocks of 9, 7 rows in blocks of 4, 1 column tile; 32 groups in blocks of 4
+    assert geo["grid"] == (4 * 2 * 1, 8, 1)
+    assert (geo["gc"], geo["gk"], geo["src_c"], geo["dst_c"]) == (16, 32, 128, 256)
+
+
+def test_wide_maps_split_into_column_tiles():
+    geo = walk_geometry(_problem(batch=2, input_size=(5, 150)), _config(block_m=128, rows=2))
+    assert (geo["tile_w"], geo["images"]) == (128, 1)
+    assert geo["grid"][0] == 2 * 3 * 2  # images × row blocks (5 rows by 2) × column tiles (150 by 128)
+
+
+@pytest.mark.parametrize("pad_begin, pad_end", [((1, 1), (1, 1)), ((0, 2), (2, 0))])
+def test_backward_data_walks_dy_into_dx_with_the_flipped_pads(pad_begin, pad_end):
+    prob = _problem("bwd_data", input_size=(9, 11), pad_begin=pad_begin, pad_end=pad_end)
+    geo = walk_geometry(prob, _config(Direction.BACKWARD_DATA))
+    assert (geo["src_h"], geo["src_w"]) == prob.output_size and (geo["dst_h"], geo["dst_w"]) == prob.input_size
+    assert (geo["pad_h"], geo["pad_w"]) == (2 - pad_begin[0], 2 - pad_begin[1])
+    # the walk reduces over the K/G output channels and writes the C/G input channels
+    assert (geo["gc"], geo["gk"], geo["src_c"], geo["dst_c"]) == (32, 16, 256, 128)
+
+
+def test_tiles_up_to_32x32_channels_hold_their_weights():
+    assert holds_weights(_config(side=16)) and holds_weights(_config(side=32))
+    assert not holds_weights(_config(side=64))
