@@ -378,7 +378,7 @@ def _tiny_rule(config: KernelConfig) -> bool:
     if c.dtype is not DType.BF16 or c.index64:
         return False
     if c.family is Family.GWALK:  # one 4-warp and one 8-warp tile
-        return (c.block_m, c.block_n, c.group_m) in ((64, 32, 4), (128, 32, 2)) and c.merge == 2
+        return (c.block_m, c.block_n, c.num_warps, c.group_m) in ((64, 32, 4, 4), (128, 32, 8, 2)) and c.merge == 2
     if c.family is Family.DWROLL:  # plain and prefetching; the lean backward-weight tile at 128 splits
         lean = (c.block_m, c.block_n, c.block_k, c.num_warps, c.num_stages, c.split_k) == (64, 16, 3, 8, 2, 128)
         if c.direction is Direction.BACKWARD_WEIGHT and lean:
