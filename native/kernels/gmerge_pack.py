@@ -56,14 +56,16 @@ def workspace_elements(problem: ConvProblem, config: KernelConfig) -> int:
 
 def programs(config: KernelConfig, backward_data: bool) -> dict[str, Program]:
     """``{"pack": …}`` for a kernel that packs its weights, else nothing."""
-    if not packs_weights(config):
-        return {}
+    return {"pack": pack_program(config, backward_data)} if packs_weights(config) else {}
+
+
+def pack_program(config: KernelConfig, backward_data: bool) -> Program:
+    """The packing program of ``config``'s merge, dtype and index width (gmerge v8, and every gwalk kernel)."""
     ints = "i64" if config.index64 else "i32"
     ptr = pointer_type(config.dtype)
-    return {"pack": Program(_pack_kernel, {"MERGE": config.merge, "BACKWARD_DATA": backward_data,
-                                           "BLOCK": PACK_BLOCK},
-                            {"w_ptr": ptr, "p_ptr": ptr, "GROUPS": ints, "CG": ints, "KG": ints, "TAPS": ints,
-                             "TOTAL": ints}, PACK_WARPS, 1)}
+    return Program(_pack_kernel, {"MERGE": config.merge, "BACKWARD_DATA": backward_data, "BLOCK": PACK_BLOCK},
+                   {"w_ptr": ptr, "p_ptr": ptr, "GROUPS": ints, "CG": ints, "KG": ints, "TAPS": ints,
+                    "TOTAL": ints}, PACK_WARPS, 1)
 
 
 def pack_launch(problem: ConvProblem, config: KernelConfig, weight, workspace) -> tuple[Launch, object]:

@@ -201,11 +201,7 @@ class GwalkConvolution:
                         "ROWS": config.group_m, "FLIP": backward, "HOLD": holds_weights(config)},
                        {"x_ptr": ptr, "p_ptr": ptr, "y_ptr": ptr, **{name: "i32" for name in _SIZE_PARAMS}},
                        config.num_warps, 1)
-        pack = Program(gmerge_pack._pack_kernel,
-                       {"MERGE": config.merge, "BACKWARD_DATA": backward, "BLOCK": gmerge_pack.PACK_BLOCK},
-                       {"w_ptr": ptr, "p_ptr": ptr, "GROUPS": "i32", "CG": "i32", "KG": "i32", "TAPS": "i32",
-                        "TOTAL": "i32"}, gmerge_pack.PACK_WARPS, 1)
-        return {"pack": pack, "main": main}
+        return {"pack": gmerge_pack.pack_program(config, backward), "main": main}
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
         """fp32 elements holding the packed operand (in the problem's dtype)."""
