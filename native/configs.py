@@ -28,11 +28,13 @@ tma        stride-1 implicit GEMM over a zero-padded copy   padded positions × 
 dwroll     depthwise CUDA-core FMA rolling down the rows:   output columns × channels × filter height
            each input row is read once and serves every     (exact; backward-weight: also the most
            filter row from registers                        filter columns)
-gwalk      2D 3×3 stride-1 grouped conv on tensor cores     GEMM M (images × output columns) × merged
-           walking down ``group_m`` output rows: each       output channels × merged reduction
-           input row is loaded once per filter column and   channels (at least MERGE·C/G or K/G);
-           serves every output row it feeds (forward and    ``group_m`` = output rows per program
-           backward-data)                                   (1, 2 or 4), ``merge`` ≥ 1
+gwalk      2D 3×3 stride-1 grouped conv on tensor cores     forward / backward-data: GEMM M (images ×
+           walking down ``group_m`` output rows: each       output columns) × merged output channels ×
+           input row is loaded once per filter column and   merged reduction channels (at least
+           serves every output row (forward and backward-   MERGE·C/G or K/G); backward-weight: merged
+           data) or filter row (backward-weight) it feeds   K × merged C × (images × output columns);
+                                                            ``group_m`` = output rows walked (1, 2 or
+                                                            4), ``merge`` ≥ 1
 =========  ===============================================  =========================================
 
 ``split_k`` splits the GEMM reduction into that many contiguous parts (a grid axis), each written to an
@@ -40,7 +42,7 @@ fp32 workspace, then summed in a fixed order by one shared reduce (``kernels/spl
 deterministic, no atomics): in backward-weight the N·prod(out) positions (every family but tma), in
 forward and backward-data the flattened (filter tap × channel block) loop of the tensor-core families
 igemm, gmerge and gemm1x1 (for small GEMM M, e.g. batch-1 inference, where the (m, n) tiles alone leave
-most SMs idle). direct, dwroll and tma kernels of the data directions do not split (split_k = 1).
+most SMs idle). direct, dwroll, tma and gwalk kernels of the data directions do not split (split_k = 1).
 ``vec`` = 8 promises 16-byte-aligned channel runs (``is_supported`` checks the channel counts);
 ``index64`` computes element offsets in 64 bits for tensors over 2^31 elements.
 """
@@ -76,8 +78,8 @@ class Family(str, Enum):
 
     @property
     def directions(self) -> tuple[Direction, ...]:
-        """The directions the family has kernels for (tma, gwalk: forward and backward-data)."""
-        if self in (Family.TMA, Family.GWALK):
+        """The directions the family has kernels for (tma: forward and backward-data)."""
+        if self is Family.TMA:
             return (Direction.FORWARD, Direction.BACKWARD_DATA)
         return tuple(Direction)
 
@@ -142,7 +144,8 @@ class KernelConfig:
         if (self.split_k > 1 and self.direction is not Direction.BACKWARD_WEIGHT
                 and self.family not in (Family.IGEMM, Family.GMERGE, Family.GEMM1X1)):
             raise ConfigError(f"split_k: {self.direction.value} kernels split the reduction only in the "
-                              "tensor-core families igemm, gmerge and gemm1x1 (direct, dwroll and tma: split_k=1)")
+                              "tensor-core families igemm, gmerge and gemm1x1 "
+                              "(direct, dwroll, tma and gwalk: split_k=1)")
         if self.merge > 1 and self.family not in (Family.GMERGE, Family.GWALK):
             raise ConfigError("merge: must be 1 outside the gmerge and gwalk families")
         if self.merge == 1 and self.family is Family.GMERGE:

@@ -82,8 +82,17 @@ _GWALK_ROWS = (1, 2, 4)
 _GWALK_MERGE = (1, 2, 4, 8, 16)
 
 
+#: gwalk backward-weight: merged channel tiles (block_m = K, block_n = C), reduction lanes, splits.
+_GWALK_WEIGHT_BLOCK_MN = (16, 32, 64)
+_GWALK_WEIGHT_LANES = (32, 64, 128)
+_GWALK_WEIGHT_SPLIT_K = (1, 16, 32, 64, 128)
+
+
 def gwalk_accumulator_registers(config: KernelConfig) -> int:
-    """fp32 accumulator registers a gwalk thread holds: one tile per output row walked."""
+    """fp32 accumulator registers a gwalk thread holds: one tile per output row walked (forward /
+    backward-data); backward-weight: three stacked tiles of 4·block_m × block_n (one per filter column)."""
+    if config.direction is Direction.BACKWARD_WEIGHT:
+        return 3 * 4 * config.accumulator_registers
     return config.group_m * config.accumulator_registers
 
 
@@ -106,11 +115,15 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
         if family is Family.GWALK:
             if dtype not in family.dtypes or ndim not in family.ndims:
                 continue
-            domains = (_GWALK_BLOCK_M, _GWALK_BLOCK_NK, _GWALK_BLOCK_NK, _TC_WARPS, _GWALK_ROWS, _GWALK_MERGE)
-            if narrow:
-                domains = ((64, 128), (16, 32, 64), (16, 32, 64), (4, 8), (2, 4), _GWALK_MERGE)
-            for bm, bn, bk, warps, rows, mg in itertools.product(*domains):
-                yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, 1, rows, 1, mg, 8, False)
+            if bwd_weight:
+                domains = (_GWALK_WEIGHT_BLOCK_MN, _GWALK_WEIGHT_BLOCK_MN, _GWALK_WEIGHT_LANES, _TC_WARPS, _GWALK_ROWS,
+                           _GWALK_WEIGHT_SPLIT_K, _GWALK_MERGE)
+            else:
+                domains = (_GWALK_BLOCK_M, _GWALK_BLOCK_NK, _GWALK_BLOCK_NK, _TC_WARPS, _GWALK_ROWS, (1,), _GWALK_MERGE)
+                if narrow:
+                    domains = ((64, 128), (16, 32, 64), (16, 32, 64), (4, 8), (2, 4), (1,), _GWALK_MERGE)
+            for bm, bn, bk, warps, rows, sk, mg in itertools.product(*domains):
+                yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, 1, rows, sk, mg, 8, False)
             continue
         if family is Family.DWROLL:
             domains = (_DWROLL_BLOCK_W, _DWROLL_BLOCK_N, _DWROLL_FILTER_HEIGHTS, _DIRECT_WARPS, (1, 2),
@@ -166,6 +179,11 @@ def dwroll_live_values(config: KernelConfig) -> float:
 def _full_rule(config: KernelConfig, arch: ArchSpec) -> bool:
     if config.family is Family.DWROLL:
         return _dwroll_ok(config)
+    if config.family is Family.GWALK and config.direction is Direction.BACKWARD_WEIGHT:
+        # Triton gives a chain of dots into one accumulator warps along M only (16 rows each): more warps
+        # than 4·block_m / 16 would hold copies of the same rows.
+        return (4 * config.block_m >= 16 * config.num_warps
+                and gwalk_accumulator_registers(config) <= MAX_ACCUMULATOR_REGISTERS)
     if config.family is Family.GWALK:  # (8 warps on small tiles allowed: the walk holds ROWS accumulator tiles)
         return (config.smem_bytes_estimate <= arch.smem_per_block_bytes - EPILOGUE_SMEM_RESERVE
                 and config.accumulator_registers >= 4
@@ -225,6 +243,10 @@ SPLIT_K_DATA_SPLITS = (4, 8, 16)
 #: gwalk (block_m, block_n, block_k, warps) in ``default`` (see ``_default_rule``).
 GWALK_DEFAULT_TILES = frozenset({(64, 16, 16, 4), (128, 16, 16, 4), (64, 32, 32, 4), (128, 32, 32, 4),
                                  (128, 32, 32, 8), (64, 64, 64, 4), (128, 64, 64, 8)})
+
+
+#: gwalk backward-weight (block_m, block_n, warps) in ``default`` (see ``_default_rule``).
+GWALK_WEIGHT_DEFAULT_TILES = frozenset({(16, 16, 4), (32, 32, 8)})
 
 
 def _default_split_data_rule(c: KernelConfig) -> bool:
@@ -295,6 +317,12 @@ def _default_rule(config: KernelConfig) -> bool:
         if c.direction is Direction.BACKWARD_DATA:  # the other tiles spill (H200 build of 735ad29)
             return tile in ((64, 32), (128, 16))
         return tile in ((64, 16), (64, 32), (128, 16), (128, 32), (64, 64), (32, 32))
+    if c.family is Family.GWALK and c.direction is Direction.BACKWARD_WEIGHT:
+        tile = (c.block_m, c.block_n, c.num_warps)
+        if c.split_k == 1:  # the unsplit path, for CI's compile check
+            return (*tile, c.block_k, c.group_m) == (16, 16, 4, 64, 2) and c.merge * 4 <= c.block_n
+        return (tile in GWALK_WEIGHT_DEFAULT_TILES and c.block_k in (64, 128) and c.group_m in (2, 4)
+                and c.split_k in (16, 32, 64, 128) and c.merge * 4 <= c.block_n)
     if c.family is Family.GWALK:
         # Square merged tiles (C/G = K/G in the networks' grouped layers), merges leaving at least 4 channels
         # per group in the tile, 2 or 4 output rows. H200 probe (bench/results/2026-11-26_h200_s12/walk_probe):
@@ -377,6 +405,8 @@ def _tiny_rule(config: KernelConfig) -> bool:
     c = config
     if c.dtype is not DType.BF16 or c.index64:
         return False
+    if c.family is Family.GWALK and c.direction is Direction.BACKWARD_WEIGHT:
+        return (c.block_m, c.block_n, c.block_k, c.group_m, c.merge) == (16, 16, 64, 2, 2) and c.split_k in (1, 16)
     if c.family is Family.GWALK:  # one 4-warp and one 8-warp tile
         return (c.block_m, c.block_n, c.num_warps, c.group_m) in ((64, 32, 4, 4), (128, 32, 8, 2)) and c.merge == 2
     if c.family is Family.DWROLL:  # plain and prefetching; the lean backward-weight tile at 128 splits

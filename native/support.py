@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tiledispatch.native.configs import Family, KernelConfig
+from tiledispatch.native.kernels.gwalk_geometry import MAX_LANES_PER_SPLIT, weight_walk_geometry
 from tiledispatch.native.kernels.tma_geometry import TmaGeometry
 from tiledispatch.native.problem import INT32_INDEX_LIMIT, ConvProblem, Direction
 
@@ -109,7 +110,7 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
         if partials > MAX_SPLIT_PARTIALS_BYTES:
             return Support(False, f"batch/input_size: split_k={config.split_k} would need {partials} bytes of fp32 "
                                   f"partials (> {MAX_SPLIT_PARTIALS_BYTES}); the unsplit kernel runs it")
-    elif config.split_k > 1 and config.family is not Family.DWROLL:  # dwroll's empty splits write zeros
+    elif config.split_k > 1 and config.family not in (Family.DWROLL, Family.GWALK):  # their empty splits write zeros
         reduction = problem.batch * math.prod(problem.output_size)
         step = config.block_m if config.family is Family.DIRECT else config.block_k
         if -(-reduction // step) < config.split_k:  # every split must own at least one step
@@ -129,6 +130,8 @@ def _gwalk_refusal(problem: ConvProblem, config: KernelConfig) -> str:
                 f"dilation {list(problem.dilation)}")
     if config.merge > problem.groups:
         return f"groups: gwalk merges {config.merge} groups per program, problem has {problem.groups}"
+    if problem.direction is Direction.BACKWARD_WEIGHT:
+        return _gwalk_weight_refusal(problem, config)
     reduction, columns = problem.c_per_group, problem.k_per_group
     if problem.direction is Direction.BACKWARD_DATA:
         reduction, columns = columns, reduction
@@ -137,6 +140,20 @@ def _gwalk_refusal(problem: ConvProblem, config: KernelConfig) -> str:
         return (f"in_channels/out_channels: MERGE*{names[0]}={config.merge * reduction} and MERGE*{names[1]}="
                 f"{config.merge * columns} must fit the kernel's block_k={config.block_k} and "
                 f"block_n={config.block_n}")
+    return ""
+
+
+def _gwalk_weight_refusal(problem: ConvProblem, config: KernelConfig) -> str:
+    """Backward-weight: a merged block's output / input channels within block_m / block_n, and at most
+    :data:`MAX_LANES_PER_SPLIT` reduction lanes per split (one tensor-core accumulator each)."""
+    if config.merge * problem.k_per_group > config.block_m or config.merge * problem.c_per_group > config.block_n:
+        return (f"in_channels/out_channels: MERGE*K/G={config.merge * problem.k_per_group} and MERGE*C/G="
+                f"{config.merge * problem.c_per_group} must fit the kernel's block_m={config.block_m} and "
+                f"block_n={config.block_n}")
+    lanes = weight_walk_geometry(problem, config)["lanes_per_split"]
+    if lanes > MAX_LANES_PER_SPLIT:
+        return (f"batch/input_size: each of split_k={config.split_k} splits would sum {lanes} positions in one "
+                f"tensor-core accumulator (> {MAX_LANES_PER_SPLIT}); a kernel with more splits runs it")
     return ""
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One device call (GPU machine, repo root): $1 = synth | complete | torch | tests. Writes $OUT/results.tar.gz.
-# Each builds the default registry first (16 workers; a warm machine's second build does nothing) and stops
+# One device call (GPU machine, repo root): $1 = synth | complete | torch | probe | tests | dev. Writes $OUT/results.tar.gz.
+# Each builds the default registry first (BUILD=0: not) (16 workers; a warm machine's second build does nothing) and stops
 # its sweeps by the call's deadline ($T0 + $DEADLINE_S, default 560 s); sweeps resume on the next call.
 #   synth:    100 synthetic problems x 3 directions (seed 7, --oracle-only) and their report; the sweep folder is
 #             .carry/synthetic, carried from call to call so that a second call resumes it.
@@ -10,6 +10,7 @@
 #   torch:    the PyTorch integration's and the service's GPU tests (the service needs grpcio >= 1.85.1 and its
 #             companions: wheels in .whl), the e2e benchmark eager + CUDA graphs (TESTS=0: no tests; E2E=0: no e2e).
 #   tests:    every kernel GPU test (TESTS_K: a pytest -k expression).
+#   probe:    bench/gpu/walk_probe.py (PROBE_DIRECTIONS, default bwd_weight) into $WORK/walk_probe.
 #   dev:      the dev suite (../shared/bench/dev_suite.json), every default kernel and cuDNN (DEV_ARGS: e.g.
 #             --oracle-only), and its
 #             report.
@@ -30,8 +31,8 @@ fi
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c "import torch, triton; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version(), 'triton', triton.__version__)"; echo "commit $TILEDISPATCH_GIT_COMMIT"; } | tee "$WORK/logs/env.txt"
 start=$(date +%s)
 left() { echo $(( ${DEADLINE_S:-560} - ($(date +%s) - ${T0:-$start}) )); }
-( time td registry build --rule-set default --arch sm_90 --workers "$(nproc)" --cache-dir "$REG" --allow-failures ) > "$WORK/logs/build_default.txt" 2>&1
-grep -v "^\s*\[" "$WORK/logs/build_default.txt" | tail -6
+[ "${BUILD:-1}" = 0 ] || ( time td registry build --rule-set default --arch sm_90 --workers "$(nproc)" --cache-dir "$REG" --allow-failures ) > "$WORK/logs/build_default.txt" 2>&1
+[ "${BUILD:-1}" = 0 ] || grep -v "^\s*\[" "$WORK/logs/build_default.txt" | tail -6
 SYN=$PWD/.carry/synthetic
 synth() {
   mkdir -p "$SYN"
@@ -40,7 +41,7 @@ synth() {
   grep -A9 "^## Targets" "$WORK/report_synthetic/report.md"
   cp -r "$SYN" "$WORK/synthetic"
 }
-case ${1:?synth, complete, torch, tests or dev} in
+case ${1:?synth, complete, torch, probe, tests or dev} in
   synth) synth ;;
   complete)
     M=models/data/measured
@@ -70,6 +71,10 @@ case ${1:?synth, complete, torch, tests or dev} in
       --out "$WORK/dev_suite" > "$WORK/logs/bench_dev.txt" 2>&1; echo "dev rc $?"; tail -2 "$WORK/logs/bench_dev.txt"
     python3 bench/report.py "$WORK/dev_suite" --out "$WORK/report_dev_suite" --title "Dev suite: tiledispatch vs cuDNN (bf16)" 2>&1 | tail -2
     sed -n '/## Targets/,/## Per class/p' "$WORK/report_dev_suite/report.md"
+    ;;
+  probe)
+    timeout "$(left)" python3 bench/gpu/walk_probe.py --out "$WORK/walk_probe" --directions "${PROBE_DIRECTIONS:-bwd_weight}" \
+      > "$WORK/logs/walk_probe.txt" 2>&1; echo "probe rc $?"; tail -2 "$WORK/logs/walk_probe.txt"
     ;;
   tests)
     TILEDISPATCH_TEST_REGISTRY="$REG" timeout "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_gpu.py ${TESTS_K:+-k "$TESTS_K"} > "$WORK/logs/gpu_tests_kernels.txt" 2>&1

@@ -190,7 +190,7 @@ class GwalkConvolution:
 
     def __init__(self, direction: Direction):
         if direction is Direction.BACKWARD_WEIGHT:
-            raise ValueError("direction: gwalk kernels run fwd and bwd_data")
+            raise ValueError("direction: this template runs fwd and bwd_data (bwd_weight: gwalk_bwd_weight.py)")
         self.direction = direction
 
     def programs(self, config: KernelConfig) -> dict[str, Program]:

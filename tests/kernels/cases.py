@@ -102,6 +102,10 @@ def small_config(direction: Direction, dtype: DType, ndim: int, family: Family, 
     direct block_k (4/8: the depthwise tap-row programs) or the dwroll filter height; ``wide``: a dwroll
     tile of 16 elements per thread (2D 3x3: the walk with tap-major weights instead of held ones), a
     gwalk tile of 64x64 channels (weights loaded per tap instead of held); ``rows``: gwalk's output rows."""
+    if family is Family.GWALK and direction is Direction.BACKWARD_WEIGHT:  # wide: 32x32 channels, 32 lanes
+        side = 32 if wide else 16
+        return KernelConfig(direction, dtype, ndim, family, side, side, side, num_warps, 1, rows, split_k, merge, 8,
+                            index64)
     if family is Family.GWALK:
         side = 64 if wide else 16
         return KernelConfig(direction, dtype, ndim, family, 32 if wide else 16, side, side, num_warps, 1, rows, 1,
@@ -202,6 +206,11 @@ DWROLL_GPU_TILES = {
 #: at 1, 2 and 4 rows, merging 1-4 groups.
 GWALK_GPU_TILES = (((64, 32, 32, 4), 4, 4), ((128, 32, 32, 8), 2, 1), ((64, 16, 16, 4), 1, 2),
                    ((128, 16, 16, 4), 4, 1))
+#: gwalk backward-weight GPU-test tiles ((block_m, block_n, block_k, warps), rows, merge, split_k): 16x16 on 4
+#: warps and 32x32 on 8 (the stacked accumulator's 4·block_m rows, 16 per warp), 1, 2 and 4 rows, unsplit and
+#: split up to default's 128 (most splits empty on the small random problems: they write zeros).
+GWALK_WEIGHT_GPU_TILES = (((16, 16, 64, 4), 2, 2, 1), ((16, 16, 32, 4), 1, 2, 128), ((32, 32, 64, 8), 4, 1, 16),
+                          ((32, 32, 128, 8), 2, 2, 64))
 #: Backward-weight dwroll kernels beyond DWROLL_GPU_TILES: default's lean 3x3 tile at its largest split.
 DWROLL_GPU_EXTRA_WEIGHT = ((64, 16, 3, 8, 2, 128),)
 
@@ -225,7 +234,10 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
                         for block_w, block_n, height, num_warps, stages, split_k in DWROLL_GPU_EXTRA_WEIGHT]
             continue
         if family is Family.GWALK:  # 2D bf16/fp16: held (32x32) and loaded (64x64) weights, 4 and 8 warps
-            if ndim == 2 and dtype is not DType.FP32:
+            if ndim == 2 and dtype is not DType.FP32 and direction is Direction.BACKWARD_WEIGHT:
+                out += [KernelConfig(direction, dtype, ndim, family, *tile, 1, rows, split_k, merge, 8)
+                        for tile, rows, merge, split_k in GWALK_WEIGHT_GPU_TILES]
+            elif ndim == 2 and dtype is not DType.FP32:
                 out += [KernelConfig(direction, dtype, ndim, family, *tile, 1, rows, 1, merge, 8)
                         for tile, rows, merge in GWALK_GPU_TILES]
             continue

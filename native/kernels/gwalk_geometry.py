@@ -1,0 +1,26 @@
+"""Host-side sizes of the gwalk backward-weight walk (no Triton import: the support check uses them too)."""
+
+from __future__ import annotations
+
+from tiledispatch.native.configs import KernelConfig
+from tiledispatch.native.kernels.base import cdiv
+from tiledispatch.native.problem import ConvProblem
+
+#: Reduction lanes one backward-weight split may sum in its tensor-core accumulators: the length igemm's
+#: kernels sum in one accumulator before promoting to fp32 adds (``igemm_bwd_weight.PROMOTE_POSITIONS``;
+#: tensor-core accumulation does not round to nearest, so longer sums drift past the bf16 error limit).
+MAX_LANES_PER_SPLIT = 16384
+
+
+def weight_walk_geometry(problem: ConvProblem, config: KernelConfig) -> dict[str, int]:
+    """Sizes of the backward-weight walk: a group block's merged channels, the reduction tile's width and
+    images, the reduction units (images × row walks × column tiles), the reduction lanes one split sums
+    (masked lanes included), and the grid (splits × group blocks)."""
+    out_h, out_w = problem.output_size
+    tile_w = min(out_w, config.block_k)
+    images = config.block_k // tile_w
+    units = cdiv(problem.batch, images) * cdiv(out_h, config.group_m) * cdiv(out_w, tile_w)
+    return {"gc": config.merge * problem.c_per_group, "gk": config.merge * problem.k_per_group,
+            "tile_w": tile_w, "images": images, "units": units,
+            "lanes_per_split": cdiv(units, config.split_k) * config.group_m * config.block_k,
+            "grid": (config.split_k, cdiv(problem.groups, config.merge), 1)}
