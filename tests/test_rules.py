@@ -16,6 +16,7 @@ from tiledispatch.native.rules import (
     MAX_DWROLL_DATA_VALUES,
     MAX_DWROLL_WEIGHT_VALUES,
     RULE_SETS,
+    in_default,
     rule_set_configs,
 )
 
@@ -51,6 +52,12 @@ def hard_rule_violation(config: KernelConfig, arch: str) -> str | None:
     if smem > spec.smem_per_block_bytes - EPILOGUE_SMEM_RESERVE:
         return f"smem {smem} > {spec.smem_per_block_bytes} - {EPILOGUE_SMEM_RESERVE}"
     acc = config.block_m * config.block_n // (32 * config.num_warps)
+    if config.family is Family.GWALK and config.direction is Direction.BACKWARD_WEIGHT:
+        # three stacked 4·block_m × block_n accumulators (one per filter column), warps along M only
+        stacked = 3 * 4 * acc
+        if 4 * config.block_m < 16 * config.num_warps:
+            return "gwalk backward-weight warps share rows"
+        return None if stacked <= MAX_ACCUMULATOR_REGISTERS else f"gwalk accumulators {stacked}"
     if config.family is Family.GWALK:  # one accumulator tile per output row walked; 8 warps on any tile
         rows_acc = config.group_m * acc
         return None if acc >= 4 and rows_acc <= MAX_ACCUMULATOR_REGISTERS else f"gwalk accumulators {rows_acc}"
@@ -142,7 +149,7 @@ def test_empty_narrowing_gives_nothing(narrowing):
 # ---- coverage of families --------------------------------------------------------------------
 TINY_FAMILY_CASES = [
     pytest.param(d, n, f, id=f"{d.value}-{n}d-{f.value}")
-    for d in Direction for n in (2, 3) for f in DEFAULT_FAMILIES if d in f.directions and n in f.ndims
+    for d in Direction for n in (2, 3) for f in DEFAULT_FAMILIES if in_default(f, d) and n in f.ndims
 ]
 
 
@@ -159,7 +166,7 @@ def test_every_family_in_tiny(direction, ndim, family):
 @pytest.mark.parametrize("key", [k for k in SLICES if k[1] in HALF_DTYPES], ids=slice_id)
 def test_default_covers_every_family(key):
     families = {c.family for c in rule_slice("default", *key)}
-    assert families == {f for f in DEFAULT_FAMILIES if key[0] in f.directions and key[2] in f.ndims}
+    assert families == {f for f in DEFAULT_FAMILIES if in_default(f, key[0]) and key[2] in f.ndims}
 
 
 @pytest.mark.parametrize("key", SLICES, ids=slice_id)
