@@ -1,25 +1,29 @@
 """Grouped 3×3 stride-1 backward-weight on tensor cores, walking down the output rows (gwalk), 2D.
 
-``dW[g, k, fr, s, c] = Σ_n Σ_{oh, ow} dY[n, oh, ow, g, k] · X[n, oh − pad_h + fr, ow − pad_w + s, g, c]``.
+``dW[g, k, fr, s, c] = Σ_n Σ_{oh, iw} dY[n, oh, iw + pad_w − s, g, k] · X[n, oh − pad_h + fr, iw, g, c]``
+(the sum over output columns written over input columns ``iw = ow − pad_w + s``: padding columns add zero).
 
 GEMM mapping, per program (one block of ``MERGE`` groups, ``k0 = gb·MERGE·K/G``, ``c0 = gb·MERGE·C/G``):
-rows ``m`` (GEMM M = ``BLOCK_M`` ≥ MERGE·K/G): the block's output channels; columns ``j`` (GEMM N =
-``BLOCK_N`` ≥ MERGE·C/G): its input channels; reduction (GEMM K = ``BLOCK_K`` per step): ``IMAGES``
-images × ``TILE_W`` output columns of one output row (``TILE_W = min(out_w, BLOCK_K)``, as the forward
-walk packs its GEMM rows). One accumulator tile per filter tap (nine). The reduction's (image, row,
-column-tile) units are cut into ``ROWS``-row walks; ``split_k`` programs share them (contiguous ranges, a
-grid axis) and each walks its units top to bottom::
+rows (GEMM M = 4·``BLOCK_M``): ``r = s·BLOCK_M + m``, filter column ``s`` (3 of 4 blocks used) × the
+block's output channel ``k0 + m`` (``BLOCK_M`` ≥ MERGE·K/G); columns (GEMM N = ``BLOCK_N`` ≥ MERGE·C/G):
+its input channels; reduction (GEMM K = ``BLOCK_K`` lanes per step): ``IMAGES`` images × ``TILE_W`` input
+columns of one input row (``TILE_W = min(in_w, BLOCK_K)``). Three accumulators, one per filter row ``q``:
+block ``s`` of ``acc_q`` is tap ``(q, s)``. The reduction's (image, output-row block, column tile) units
+are cut into ``ROWS``-row walks; ``split_k`` programs share them (contiguous ranges, a grid axis) and each
+walks its units top to bottom::
 
-    for each input row ih = oh0 − pad_h + t (t = 0 … ROWS + 1):
-        if t < ROWS:  D_t[m, p] = dY[n_p, oh0 + t, ow_p, k0 + m]                   (one load per output row)
-        for each filter column s:
-            B[p, j] = X[n_p, ih, ow_p − pad_w + s, c0 + j]                         (one load)
-            for each output row i with 0 ≤ t − i < 3:  acc[(t − i)·3 + s] += D_i · B
+    for t = 0 … ROWS + 1 (input row ih = oh0 − pad_h + t):
+        if t < ROWS:  A_t[s·BLOCK_M + m, p] = dY[n_p, oh0 + t, iw_p + pad_w − s, k0 + m]  (one load per output row)
+        B[p, j] = X[n_p, ih, iw_p, c0 + j]                                         (one load per input row)
+        for each output row i with 0 ≤ t − i < 3:  acc_{t − i} += A_i · B
 
-so each activation tile is loaded once per (input row, filter column) and serves every filter row it
-meets, and no address is decoded per pixel in the walk. Merged groups are kept apart at the store: only
-the block-diagonal entries (``m // (K/G) == j // (C/G)``) are written, at
-``dW[((k0 + m)·9 + tap)·C/G + j mod C/G]`` (GKYXC).
+so each gradient row and each activation row is loaded once per walk and serves every tap it meets (the
+filter-column shift rides on the gradient's stacked rows, the filter-row shift on which accumulator),
+and no address is decoded per pixel in the walk. The stacked rows are one accumulator per filter row
+rather than nine per tap because Triton lays a chain of dots out with warps along M only: nine 32×32
+tiles on 4 warps would hold duplicate rows (ptxas: 255 registers and spills). Merged groups are kept
+apart at the store: only the block-diagonal entries (``m // (K/G) == j // (C/G)``) are written, at
+``dW[((k0 + m)·9 + 3q + s)·C/G + j mod C/G]`` (GKYXC).
 
 split_k > 1: each program writes fp32 partials to the workspace row ``[split, weight elements]`` (an empty
 split writes zeros) and the shared reduce (``split_reduce.py``) sums the rows in a fixed order
@@ -30,7 +34,9 @@ Host-side sizes: ``gwalk_geometry.py``.
 
 Why: the igemm / gmerge backward-weight programs own one tap each, so every activation and gradient tile
 is loaded nine times and every lane's (n, h, w) is decoded per step; the forward / backward-data walk was
-10–46 % faster than those programs on ResNeXt's stride-1 grouped layers (H200, session 12).
+10–46 % faster than those programs on ResNeXt's stride-1 grouped layers (H200, session 12). A first form
+of this kernel (``952af45``) stacked the gradient over filter rows and loaded the activations once per
+filter column: 42 operand tiles per 4-row walk instead of 22, and never faster than default's best (H100).
 """
 
 from __future__ import annotations
@@ -65,28 +71,28 @@ def _gwalk_bwd_weight_kernel(
     GK = (GK // 8) * 8
     split = tl.program_id(0)
     group_block = tl.program_id(1)
-    w_tiles = tl.cdiv(OUT_W, TILE_W)
+    w_tiles = tl.cdiv(IN_W, TILE_W)
     h_tiles = tl.cdiv(OUT_H, ROWS)
     units = tl.cdiv(BATCH, IMAGES) * h_tiles * w_tiles
     per_split = tl.cdiv(units, SPLIT_K)
     unit_begin = split * per_split
     unit_end = tl.minimum(unit_begin + per_split, units)
 
-    lane = tl.arange(0, BLOCK_K)  # reduction lanes: (image, output column) pairs of a unit
+    lane = tl.arange(0, BLOCK_K)  # reduction lanes: (image, input column) pairs of a unit
     lane_image = lane // TILE_W
     lane_col = lane % TILE_W
     lane_used = lane < IMAGES * TILE_W
     c0 = group_block * GC
     k0 = group_block * GK
-    # Stacked rows r = q·BLOCK_M + k: filter row q (3 of 4 blocks used), output channel k0 + k.
+    # Stacked rows r = s·BLOCK_M + k: filter column s (3 of 4 blocks used), output channel k0 + k.
     r = tl.arange(0, 4 * BLOCK_M)
-    q = r // BLOCK_M
+    s = r // BLOCK_M
     ks = r % BLOCK_M
-    k_ok = (ks < GK) & (k0 + ks < K_TOTAL) & (q < 3)  # a partial last group block
+    k_ok = (ks < GK) & (k0 + ks < K_TOTAL) & (s < 3)  # a partial last group block
     cs = tl.arange(0, BLOCK_N)
     c_ok = (cs < GC) & (c0 + cs < C_TOTAL)
 
-    acc0 = tl.zeros((4 * BLOCK_M, BLOCK_N), dtype=tl.float32)  # filter column 0; row block q: tap (q, 0)
+    acc0 = tl.zeros((4 * BLOCK_M, BLOCK_N), dtype=tl.float32)  # filter row 0; row block s: tap (0, s)
     acc1 = tl.zeros((4 * BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc2 = tl.zeros((4 * BLOCK_M, BLOCK_N), dtype=tl.float32)
     for unit in range(unit_begin, unit_end):
@@ -94,41 +100,53 @@ def _gwalk_bwd_weight_kernel(
         t = unit // w_tiles
         oh0 = (t % h_tiles) * ROWS
         image = (t // h_tiles) * IMAGES + lane_image
-        ow = tile_w * TILE_W + lane_col
-        pix_ok = lane_used & (image < BATCH) & (ow < OUT_W)
-        x_pix = x_ptr + image * IN_H * IN_W * C_TOTAL + c0  # per lane: its image's first pixel
-        dy_pix = dy_ptr + (image * OUT_H + oh0) * OUT_W * K_TOTAL + ow * K_TOTAL + k0
-        iw0 = ow - PAD_W
+        iw = tile_w * TILE_W + lane_col
+        pix_ok = lane_used & (image < BATCH) & (iw < IN_W)
+        x_pix = x_ptr + (image * IN_H * IN_W + iw) * C_TOTAL + c0  # per lane: its input column in row 0
+        # A[s·BLOCK_M + k, lane] = dY[image, oh0 + i, iw + PAD_W − s, k0 + k]
+        ow = iw[None, :] + PAD_W - s[:, None]
+        a_ok = k_ok[:, None] & pix_ok[None, :] & (ow >= 0) & (ow < OUT_W)
+        a_ptrs = dy_ptr + ((image * OUT_H + oh0) * OUT_W)[None, :] * K_TOTAL + ow * K_TOTAL + (k0 + ks)[:, None]
         for step in tl.static_range(ROWS + 2):
-            # A[q·BLOCK_M + k, lane] = dY[output row oh0 + step − q, k]: the rows this input row meets
-            # through filter row q (only this unit's rows, so no position is summed twice)
-            out_row = step - q
-            a_ok = k_ok & (out_row >= 0) & (out_row < ROWS) & (oh0 + out_row < OUT_H)
-            a = tl.load(dy_pix[None, :] + (out_row * OUT_W * K_TOTAL + ks)[:, None],
-                        mask=a_ok[:, None] & pix_ok[None, :], other=0.0)
-            ih = oh0 - PAD_H + step
-            row_ok = (ih >= 0) & (ih < IN_H)
-            for s in tl.static_range(3):
-                iw = iw0 + s
-                ok = pix_ok & (iw >= 0) & (iw < IN_W) & row_ok
-                b = tl.load(x_pix[:, None] + ((ih * IN_W + iw) * C_TOTAL)[:, None] + cs[None, :],
-                            mask=ok[:, None] & c_ok[None, :], other=0.0)
-                if s == 0:
-                    acc0 = tl.dot(a, b, acc0)
-                elif s == 1:
-                    acc1 = tl.dot(a, b, acc1)
+            if step < ROWS:  # output row oh0 + step: the A operand of the three filter rows it meets
+                a = tl.load(a_ptrs + step * OUT_W * K_TOTAL, mask=a_ok & (oh0 + step < OUT_H), other=0.0)
+                if step == 0:
+                    a0 = a
+                elif step == 1:
+                    a1 = a
+                elif step == 2:
+                    a2 = a
                 else:
-                    acc2 = tl.dot(a, b, acc2)
+                    a3 = a
+            ih = oh0 - PAD_H + step
+            b = tl.load(x_pix[:, None] + ih * IN_W * C_TOTAL + cs[None, :],
+                        mask=(pix_ok & (ih >= 0) & (ih < IN_H))[:, None] & c_ok[None, :], other=0.0)
+            for i in tl.static_range(ROWS):
+                if step - i >= 0 and step - i < 3:  # filter row step − i of output row oh0 + i
+                    if i == 0:
+                        a = a0
+                    elif i == 1:
+                        a = a1
+                    elif i == 2:
+                        a = a2
+                    else:
+                        a = a3
+                    if step - i == 0:
+                        acc0 = tl.dot(a, b, acc0)
+                    elif step - i == 1:
+                        acc1 = tl.dot(a, b, acc1)
+                    else:
+                        acc2 = tl.dot(a, b, acc2)
 
     # dW[g0 + k // (K/G), k % (K/G), q, s, j % (C/G)] sits at ((k0 + k)·9 + 3q + s)·C/G + j % (C/G).
     c_group = cs // CG
     mask = k_ok[:, None] & c_ok[None, :] & ((ks // KG)[:, None] == c_group[None, :])
     if SPLIT_K > 1:  # this split's row of the fp32 workspace [SPLIT_K, weight elements]
         out_ptr += split.to(tl.int64) * (K_TOTAL * 9 * CG)
-    w_ptrs = out_ptr + ((k0 + ks) * 9 + 3 * q)[:, None] * CG + (cs - c_group * CG)[None, :]
+    w_ptrs = out_ptr + ((k0 + ks) * 9 + s)[:, None] * CG + (cs - c_group * CG)[None, :]
     tl.store(w_ptrs, acc0.to(out_ptr.dtype.element_ty), mask=mask)
-    tl.store(w_ptrs + CG, acc1.to(out_ptr.dtype.element_ty), mask=mask)
-    tl.store(w_ptrs + 2 * CG, acc2.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(w_ptrs + 3 * CG, acc1.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(w_ptrs + 6 * CG, acc2.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 class GwalkBackwardWeight:

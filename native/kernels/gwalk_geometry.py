@@ -13,13 +13,14 @@ MAX_LANES_PER_SPLIT = 16384
 
 
 def weight_walk_geometry(problem: ConvProblem, config: KernelConfig) -> dict[str, int]:
-    """Sizes of the backward-weight walk: a group block's merged channels, the reduction tile's width and
-    images, the reduction units (images × row walks × column tiles), the reduction lanes one split sums
+    """Sizes of the backward-weight walk: a group block's merged channels, the reduction tile's width (input
+    columns) and images, the reduction units (images × output-row walks × input-column tiles), the reduction lanes one split sums
     (masked lanes included), and the grid (splits × group blocks)."""
-    out_h, out_w = problem.output_size
-    tile_w = min(out_w, config.block_k)
+    out_h = problem.output_size[0]
+    in_w = problem.input_size[1]
+    tile_w = min(in_w, config.block_k)
     images = config.block_k // tile_w
-    units = cdiv(problem.batch, images) * cdiv(out_h, config.group_m) * cdiv(out_w, tile_w)
+    units = cdiv(problem.batch, images) * cdiv(out_h, config.group_m) * cdiv(in_w, tile_w)
     return {"gc": config.merge * problem.c_per_group, "gk": config.merge * problem.k_per_group,
             "tile_w": tile_w, "images": images, "units": units,
             "lanes_per_split": cdiv(units, config.split_k) * config.group_m * config.block_k,
