@@ -14,8 +14,8 @@ MAX_LANES_PER_SPLIT = 16384
 
 def weight_walk_geometry(problem: ConvProblem, config: KernelConfig) -> dict[str, int]:
     """Sizes of the backward-weight walk: a group block's merged channels, the reduction tile's width (input
-    columns) and images, the reduction units (images × output-row walks × input-column tiles), the reduction lanes one split sums
-    (masked lanes included), and the grid (splits × group blocks)."""
+    columns) and images, the reduction units (images × output-row walks × input-column tiles), the reduction
+    lanes one split sums (masked lanes included), and the grid (splits × group blocks)."""
     out_h = problem.output_size[0]
     in_w = problem.input_size[1]
     tile_w = min(in_w, config.block_k)
