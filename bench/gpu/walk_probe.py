@@ -79,7 +79,7 @@ TILES = ((32, 32, 4), (64, 16, 4), (64, 32, 4), (64, 32, 8), (64, 64, 4), (128, 
 
 #: gwalk backward-weight (block_m, block_n, warps) x reduction lanes x rows x splits; the merge that fills the
 #: tile (the largest the problem supports).
-WEIGHT_TILES = ((16, 16, 4), (32, 32, 4), (32, 32, 8), (64, 32, 8))
+WEIGHT_TILES = ((16, 16, 2), (16, 16, 4), (32, 32, 4), (32, 32, 8), (64, 32, 8))
 WEIGHT_LANES = (64, 128)
 WEIGHT_ROWS = (1, 2, 4)
 WEIGHT_SPLITS = (16, 32, 64, 128)
