@@ -22,12 +22,6 @@ RULE_SETS = ("tiny", "default", "full")
 DEFAULT_FAMILIES = tuple(f for f in Family if f is not Family.TMA)
 
 
-def in_default(family: Family, direction: Direction) -> bool:
-    """Whether ``default`` keeps kernels of the family in that direction (tma: none; gwalk: forward and
-    backward-data, see ``_default_rule``)."""
-    return (family in DEFAULT_FAMILIES and direction in family.directions
-            and not (family is Family.GWALK and direction is Direction.BACKWARD_WEIGHT))
-
 # ---- hard rules (full) ----------------------------------------------------------------------
 #: Per-thread fp32 accumulator registers above which ptxas spills on sm_80+ (255 regs/thread,
 #: the rest go to addresses, indices and operand fragments).
@@ -188,8 +182,10 @@ def _full_rule(config: KernelConfig, arch: ArchSpec) -> bool:
         return _dwroll_ok(config)
     if config.family is Family.GWALK and config.direction is Direction.BACKWARD_WEIGHT:
         # Triton gives a chain of dots into one accumulator warps along M only (16 rows each): more warps
-        # than 4·block_m / 16 would hold copies of the same rows.
-        return (4 * config.block_m >= 16 * config.num_warps
+        # than 4·block_m / 16 would hold copies of the same rows. Four warps walking two rows compile wrong
+        # (Triton 3.6, sm_90; H100: relative error 0.38-0.52 on every problem, 1 and 4 rows and 2 or 8 warps
+        # right; bench/results/2026-11-26_h200_s13/), so that pair is left out.
+        return (4 * config.block_m >= 16 * config.num_warps and (config.num_warps, config.group_m) != (4, 2)
                 and gwalk_accumulator_registers(config) <= MAX_ACCUMULATOR_REGISTERS)
     if config.family is Family.GWALK:  # (8 warps on small tiles allowed: the walk holds ROWS accumulator tiles)
         return (config.smem_bytes_estimate <= arch.smem_per_block_bytes - EPILOGUE_SMEM_RESERVE
@@ -247,6 +243,8 @@ SPLIT_K_DATA_TILES = ((32, 32, 64), (64, 32, 64), (64, 64, 64))
 SPLIT_K_DATA_SPLITS = (4, 8, 16)
 
 
+#: gwalk backward-weight (block_m, block_n, block_k, warps) in ``default`` (see ``_default_rule``).
+GWALK_WEIGHT_DEFAULT_TILES = frozenset({(16, 16, 64, 4), (32, 32, 64, 4), (32, 32, 128, 8)})
 #: gwalk (block_m, block_n, block_k, warps) in ``default`` (see ``_default_rule``).
 GWALK_DEFAULT_TILES = frozenset({(64, 16, 16, 4), (128, 16, 16, 4), (64, 32, 32, 4), (128, 32, 32, 4),
                                  (128, 32, 32, 8), (64, 64, 64, 4), (128, 64, 64, 8)})
@@ -321,13 +319,17 @@ def _default_rule(config: KernelConfig) -> bool:
             return tile in ((64, 32), (128, 16))
         return tile in ((64, 16), (64, 32), (128, 16), (128, 32), (64, 64), (32, 32))
     if c.family is Family.GWALK and c.direction is Direction.BACKWARD_WEIGHT:
-        # Not in default (H100 probe, bench/results/2026-11-26_h200_s13/walk_probe_weight_h100): correct
-        # everywhere (484 of 484 runs) but never faster than default's best kernel on ResNeXt-50's stride-1
-        # grouped layers (c128 56x56: 83.1 vs 82.6 us, c256 28x28: 49.9 vs 41.5, c1024 7x7: 28.6 vs 17.2;
-        # cuDNN 74.4 / 30.7 / 10.6). SASS of the best tile (32x32x128, 4 rows): 168 LDG, 168 STS and 84 BAR
-        # per 4-row unit for 288 HGMMA, every operand staged registers -> shared memory -> wgmma unpipelined,
-        # and the stacked dY operand re-loaded for each of its three filter rows. `full` keeps the family.
-        return False
+        # H100 probe (bench/results/2026-11-26_h200_s13/walk_probe_weight_h100, e041a5c): on ResNeXt-50's stride-1
+        # grouped 3x3 layers the 4-row walks were best or within 3-20 % of the best walk on every layer, 1.3-1.7x
+        # faster than default's best earlier kernel except at 7x7 (c1024: igemm stays best); splits 16-64 (128 was
+        # never best). 16x16 and 32x32 merged tiles on 4 warps (64 lanes) and 32x32 on 8 (128 lanes); spill-free
+        # on sm_90 (80-255 registers). The 128-lane 4-warp and the 2-warp tiles spill in the registry's build.
+        tile = (c.block_m, c.block_n, c.block_k, c.num_warps)
+        if c.group_m != 4 or tile not in GWALK_WEIGHT_DEFAULT_TILES or c.merge * 4 > c.block_n:
+            return False
+        if c.split_k == 1:  # the unsplit path, for CI's compile check
+            return tile == (16, 16, 64, 4)
+        return c.split_k in (16, 32, 64)
     if c.family is Family.GWALK:
         # Square merged tiles (C/G = K/G in the networks' grouped layers), merges leaving at least 4 channels
         # per group in the tile, 2 or 4 output rows. H200 probe (bench/results/2026-11-26_h200_s12/walk_probe):
@@ -410,6 +412,8 @@ def _tiny_rule(config: KernelConfig) -> bool:
     c = config
     if c.dtype is not DType.BF16 or c.index64:
         return False
+    if c.family is Family.GWALK and c.direction is Direction.BACKWARD_WEIGHT:
+        return (c.block_m, c.block_n, c.merge) == (16, 16, 2) and c.split_k in (1, 16)
     if c.family is Family.GWALK:  # one 4-warp and one 8-warp tile
         return (c.block_m, c.block_n, c.num_warps, c.group_m) in ((64, 32, 4, 4), (128, 32, 8, 2)) and c.merge == 2
     if c.family is Family.DWROLL:  # plain and prefetching; the lean backward-weight tile at 128 splits

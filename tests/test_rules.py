@@ -16,7 +16,6 @@ from tiledispatch.native.rules import (
     MAX_DWROLL_DATA_VALUES,
     MAX_DWROLL_WEIGHT_VALUES,
     RULE_SETS,
-    in_default,
     rule_set_configs,
 )
 
@@ -57,6 +56,8 @@ def hard_rule_violation(config: KernelConfig, arch: str) -> str | None:
         stacked = 3 * 4 * acc
         if 4 * config.block_m < 16 * config.num_warps:
             return "gwalk backward-weight warps share rows"
+        if (config.num_warps, config.group_m) == (4, 2):
+            return "gwalk backward-weight 4 warps x 2 rows (miscompiled)"
         return None if stacked <= MAX_ACCUMULATOR_REGISTERS else f"gwalk accumulators {stacked}"
     if config.family is Family.GWALK:  # one accumulator tile per output row walked; 8 warps on any tile
         rows_acc = config.group_m * acc
@@ -126,7 +127,7 @@ def test_rule_sets_are_sorted_deterministic_and_duplicate_free():
 
 def test_rule_set_sizes_are_sane():
     """tiny is CI's compile check (a handful); default is 'a few hundred per (direction, dtype)'."""
-    assert 0 < len(rule_set_configs("tiny")) <= 64
+    assert 0 < len(rule_set_configs("tiny")) <= 72  # one or two per family and direction
     assert all(c.dtype is DType.BF16 and not c.index64 for c in rule_set_configs("tiny"))
     for direction in Direction:
         count = len(rule_set_configs("default", directions=[direction], dtypes=[DType.BF16]))
@@ -149,7 +150,7 @@ def test_empty_narrowing_gives_nothing(narrowing):
 # ---- coverage of families --------------------------------------------------------------------
 TINY_FAMILY_CASES = [
     pytest.param(d, n, f, id=f"{d.value}-{n}d-{f.value}")
-    for d in Direction for n in (2, 3) for f in DEFAULT_FAMILIES if in_default(f, d) and n in f.ndims
+    for d in Direction for n in (2, 3) for f in DEFAULT_FAMILIES if d in f.directions and n in f.ndims
 ]
 
 
@@ -166,7 +167,7 @@ def test_every_family_in_tiny(direction, ndim, family):
 @pytest.mark.parametrize("key", [k for k in SLICES if k[1] in HALF_DTYPES], ids=slice_id)
 def test_default_covers_every_family(key):
     families = {c.family for c in rule_slice("default", *key)}
-    assert families == {f for f in DEFAULT_FAMILIES if in_default(f, key[0]) and key[2] in f.ndims}
+    assert families == {f for f in DEFAULT_FAMILIES if key[0] in f.directions and key[2] in f.ndims}
 
 
 @pytest.mark.parametrize("key", SLICES, ids=slice_id)

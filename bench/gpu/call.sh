@@ -5,7 +5,8 @@
 #   synth:    100 synthetic problems x 3 directions (seed 7, --oracle-only) and their report; the sweep folder is
 #             .carry/synthetic, carried from call to call so that a second call resumes it.
 #   complete: the split-K forward/backward-data kernels (KERNELS regex, default '_sk(?!1_)'; FAMILIES: a family
-#             list instead, e.g. gwalk; NAME: the output folders' tag, default splitk) on the bf16 training and
+#             list instead, e.g. gwalk; NAME: the output folders' tag, default splitk; DIRS: directions, default
+#             'fwd bwd_data') on the bf16 training and
 #             validation problems already measured (completion sweeps, training timing), then what is left of synth.
 #   torch:    the PyTorch integration's and the service's GPU tests (the service needs grpcio >= 1.85.1 and its
 #             companions: wheels in .whl), the e2e benchmark eager + CUDA graphs (TESTS=0: no tests; E2E=0: no e2e).
@@ -47,9 +48,15 @@ case ${1:?synth, complete, torch, probe, tests or dev} in
     M=models/data/measured
     if [ -n "${FAMILIES:-}" ]; then select=(--families "$FAMILIES"); else select=(--kernels "${KERNELS:-_sk(?!1_)}"); fi
     for kind in train validation; do
-      for d in fwd bwd_data; do
+      for d in ${DIRS:-fwd bwd_data}; do
         if [ $kind = train ]; then s5=$M/h200_s5/train_$d; else s5=$M/h200_s5/complete_validation_$d; fi
         folders="$M/h200_s3/${kind}_$d $M/h200_s4/${kind}_$d $s5 $M/h200_s6/complete_${kind}_$d $M/h200_s6/complete_prefetch_${kind}_$d $M/h200_s8/refresh_${kind}_$d"
+        if [ $d = bwd_weight ]; then  # the folders bf16 bwd_weight version 6 was trained on (and their validation twins)
+          folders=""
+          for f in h200_s3/${kind}_$d h200_s4/${kind}_$d h200_s5/${kind}_$d h200_s6/complete_${kind}_$d h200_s6/complete_prefetch_${kind}_$d h200_s9/refresh_${kind}_$d h200_s10/complete_lean_${kind}_$d; do
+            [ -d "$M/$f" ] && folders="$folders $M/$f"
+          done
+        fi
         # shellcheck disable=SC2086
         timeout "$(left)" td bench --problems models/data/problems/${kind}_$d.json --direction $d --complete $folders \
           "${select[@]}" --training --cache-dir "$REG" \

@@ -89,6 +89,7 @@ def _gwalk_bwd_weight_kernel(
     s = r // BLOCK_M
     ks = r % BLOCK_M
     k_ok = (ks < GK) & (k0 + ks < K_TOTAL) & (s < 3)  # a partial last group block
+    a_row = k0 + ks - s * K_TOTAL  # the filter column's shift of the gradient's column, per stacked row
     cs = tl.arange(0, BLOCK_N)
     c_ok = (cs < GC) & (c0 + cs < C_TOTAL)
 
@@ -103,13 +104,15 @@ def _gwalk_bwd_weight_kernel(
         iw = tile_w * TILE_W + lane_col
         pix_ok = lane_used & (image < BATCH) & (iw < IN_W)
         x_pix = x_ptr + (image * IN_H * IN_W + iw) * C_TOTAL + c0  # per lane: its input column in row 0
-        # A[s·BLOCK_M + k, lane] = dY[image, oh0 + i, iw + PAD_W − s, k0 + k]
-        ow = iw[None, :] + PAD_W - s[:, None]
-        a_ok = k_ok[:, None] & pix_ok[None, :] & (ow >= 0) & (ow < OUT_W)
-        a_ptrs = dy_ptr + ((image * OUT_H + oh0) * OUT_W)[None, :] * K_TOTAL + ow * K_TOTAL + (k0 + ks)[:, None]
+        # A[s·BLOCK_M + k, lane] = dY[image, oh0 + i, iw + PAD_W − s, k0 + k]: a per-lane offset plus a per-row
+        # one (2D offset tensors held across the walk cost the 4-warp tiles their spill-free build)
+        dy_lane = ((image * OUT_H + oh0) * OUT_W + iw + PAD_W) * K_TOTAL
         for step in tl.static_range(ROWS + 2):
             if step < ROWS:  # output row oh0 + step: the A operand of the three filter rows it meets
-                a = tl.load(a_ptrs + step * OUT_W * K_TOTAL, mask=a_ok & (oh0 + step < OUT_H), other=0.0)
+                ow = iw[None, :] + PAD_W - s[:, None]
+                a_ok = (k_ok[:, None] & (pix_ok & (oh0 + step < OUT_H))[None, :]) & (ow >= 0) & (ow < OUT_W)
+                a = tl.load(dy_ptr + (dy_lane + step * OUT_W * K_TOTAL)[None, :] + a_row[:, None], mask=a_ok,
+                            other=0.0)
                 if step == 0:
                     a0 = a
                 elif step == 1:

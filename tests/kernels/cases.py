@@ -206,11 +206,11 @@ DWROLL_GPU_TILES = {
 #: at 1, 2 and 4 rows, merging 1-4 groups.
 GWALK_GPU_TILES = (((64, 32, 32, 4), 4, 4), ((128, 32, 32, 8), 2, 1), ((64, 16, 16, 4), 1, 2),
                    ((128, 16, 16, 4), 4, 1))
-#: gwalk backward-weight GPU-test tiles ((block_m, block_n, block_k, warps), rows, merge, split_k): 16x16 on 4
-#: warps and 32x32 on 8 (the stacked accumulator's 4·block_m rows, 16 per warp), 1, 2 and 4 rows, unsplit and
-#: split up to default's 128 (most splits empty on the small random problems: they write zeros).
-GWALK_WEIGHT_GPU_TILES = (((16, 16, 64, 4), 2, 2, 1), ((16, 16, 32, 4), 1, 2, 128), ((32, 32, 64, 8), 4, 1, 16),
-                          ((32, 32, 128, 8), 2, 2, 64))
+#: gwalk backward-weight GPU-test tiles ((block_m, block_n, block_k, warps), rows, merge, split_k): default's three
+#: (4 rows) unsplit and split up to 64 (most splits empty on the small random problems: they write zeros), and a
+#: 1-row walk.
+GWALK_WEIGHT_GPU_TILES = (((16, 16, 64, 4), 4, 2, 1), ((32, 32, 64, 4), 4, 1, 16), ((32, 32, 128, 8), 4, 2, 64),
+                          ((16, 16, 64, 4), 1, 2, 32))
 #: Backward-weight dwroll kernels beyond DWROLL_GPU_TILES: default's lean 3x3 tile at its largest split.
 DWROLL_GPU_EXTRA_WEIGHT = ((64, 16, 3, 8, 2, 128),)
 
