@@ -184,7 +184,7 @@ def _full_rule(config: KernelConfig, arch: ArchSpec) -> bool:
         # Triton gives a chain of dots into one accumulator warps along M only (16 rows each): more warps
         # than 4·block_m / 16 would hold copies of the same rows. Four warps walking two rows compile wrong
         # (Triton 3.6, sm_90; H100: relative error 0.38-0.52 on every problem, 1 and 4 rows and 2 or 8 warps
-        # right; bench/results/2026-11-26_h200_s13/), so that pair is left out.
+        # right; bench/results/2026-11-26_h100_s13/), so that pair is left out.
         return (4 * config.block_m >= 16 * config.num_warps and (config.num_warps, config.group_m) != (4, 2)
                 and gwalk_accumulator_registers(config) <= MAX_ACCUMULATOR_REGISTERS)
     if config.family is Family.GWALK:  # (8 warps on small tiles allowed: the walk holds ROWS accumulator tiles)
@@ -319,7 +319,7 @@ def _default_rule(config: KernelConfig) -> bool:
             return tile in ((64, 32), (128, 16))
         return tile in ((64, 16), (64, 32), (128, 16), (128, 32), (64, 64), (32, 32))
     if c.family is Family.GWALK and c.direction is Direction.BACKWARD_WEIGHT:
-        # H100 probe (bench/results/2026-11-26_h200_s13/walk_probe_weight_h100, e041a5c): on ResNeXt-50's stride-1
+        # H100 probe (bench/results/2026-11-26_h100_s13/walk_probe_weight/run2_e041a5c): on ResNeXt-50's stride-1
         # grouped 3x3 layers the 4-row walks were best or within 3-20 % of the best walk on every layer, 1.3-1.7x
         # faster than default's best earlier kernel except at 7x7 (c1024: igemm stays best); splits 16-64 (128 was
         # never best). 16x16 and 32x32 merged tiles on 4 warps (64 lanes) and 32x32 on 8 (128 lanes); spill-free

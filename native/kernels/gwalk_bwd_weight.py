@@ -142,14 +142,29 @@ def _gwalk_bwd_weight_kernel(
                         acc2 = tl.dot(a, b, acc2)
 
     # dW[g0 + k // (K/G), k % (K/G), q, s, j % (C/G)] sits at ((k0 + k)·9 + 3q + s)·C/G + j % (C/G).
-    c_group = cs // CG
-    mask = k_ok[:, None] & c_ok[None, :] & ((ks // KG)[:, None] == c_group[None, :])
+    tile_ok = k_ok[:, None] & c_ok[None, :]
     if SPLIT_K > 1:  # this split's row of the fp32 workspace [SPLIT_K, weight elements]
         out_ptr += split.to(tl.int64) * (K_TOTAL * 9 * CG)
-    w_ptrs = out_ptr + ((k0 + ks) * 9 + s)[:, None] * CG + (cs - c_group * CG)[None, :]
-    tl.store(w_ptrs, acc0.to(out_ptr.dtype.element_ty), mask=mask)
-    tl.store(w_ptrs + 3 * CG, acc1.to(out_ptr.dtype.element_ty), mask=mask)
-    tl.store(w_ptrs + 6 * CG, acc2.to(out_ptr.dtype.element_ty), mask=mask)
+    if CG % 4 == 0:
+        # Written so that the compiler can prove runs of 4 channels 16-byte aligned: stores of element pairs
+        # (the accumulator's layout) instead of scalars, whole 32-byte sectors per row (the scalar stores of
+        # the registry's build ran at a fifth of the JIT-specialised kernel's speed where every merged channel
+        # is stored: H100, c1024 7x7, 91.6 vs 21.2 us at 16 splits).
+        cg4 = (CG // 4) * 4
+        _store_taps(out_ptr, acc0, acc1, acc2, k0, ks, s, cs, tile_ok, KG, cg4)
+    else:
+        _store_taps(out_ptr, acc0, acc1, acc2, k0, ks, s, cs, tile_ok, KG, CG)
+
+
+@triton.jit
+def _store_taps(out_ptr, acc0, acc1, acc2, k0, ks, s, cs, tile_ok, KG, CG):
+    """The three filter rows' tiles, block-diagonal entries only (merged group ks // K/G = cs // C/G): tap
+    (q, s) of stacked row (s, output channel k0 + ks) and column cs at ((k0 + ks)·9 + 3q + s)·C/G + cs mod C/G."""
+    mask = tile_ok & ((ks // KG)[:, None] == (cs // CG)[None, :])
+    ptrs = out_ptr + (((k0 + ks) * 9 + s) * CG)[:, None] + (cs % CG)[None, :]
+    tl.store(ptrs, acc0.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(ptrs + 3 * CG, acc1.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(ptrs + 6 * CG, acc2.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 class GwalkBackwardWeight:
