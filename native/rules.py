@@ -329,7 +329,8 @@ def _default_rule(config: KernelConfig) -> bool:
             return False
         if c.split_k == 1:  # the unsplit path, for CI's compile check
             return tile == (16, 16, 64, 4)
-        return c.split_k in (16, 32, 64)
+        # 8 splits on the 32x32 tiles: wide groups (C/G 16-32) write 8-9x MERGE·C/G·K/G partials per split
+        return c.split_k in (16, 32, 64) or (c.split_k == 8 and c.block_m == 32)
     if c.family is Family.GWALK:
         # Square merged tiles (C/G = K/G in the networks' grouped layers), merges leaving at least 4 channels
         # per group in the tile, 2 or 4 output rows. H200 probe (bench/results/2026-11-26_h200_s12/walk_probe):
