@@ -86,7 +86,7 @@ _GWALK_MERGE = (1, 2, 4, 8, 16)
 #: gwalk backward-weight: merged channel tiles (block_m = K, block_n = C), reduction lanes, splits.
 _GWALK_WEIGHT_BLOCK_MN = (16, 32, 64)
 _GWALK_WEIGHT_LANES = (32, 64, 128)
-_GWALK_WEIGHT_SPLIT_K = (1, 16, 32, 64, 128)
+_GWALK_WEIGHT_SPLIT_K = (1, 4, 8, 16, 32, 64, 128)
 
 
 def gwalk_accumulator_registers(config: KernelConfig) -> int:
