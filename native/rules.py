@@ -320,10 +320,11 @@ def _default_rule(config: KernelConfig) -> bool:
         return tile in ((64, 16), (64, 32), (128, 16), (128, 32), (64, 64), (32, 32))
     if c.family is Family.GWALK and c.direction is Direction.BACKWARD_WEIGHT:
         # H100 probe (bench/results/2026-11-26_h100_s13/walk_probe_weight/run2_e041a5c): on ResNeXt-50's stride-1
-        # grouped 3x3 layers the 4-row walks were best or within 3-20 % of the best walk on every layer, 1.3-1.7x
-        # faster than default's best earlier kernel except at 7x7 (c1024: igemm stays best); splits 16-64 (128 was
-        # never best). 16x16 and 32x32 merged tiles on 4 warps (64 lanes) and 32x32 on 8 (128 lanes); spill-free
-        # on sm_90 (80-255 registers). The 128-lane 4-warp and the 2-warp tiles spill in the registry's build.
+        # grouped 3x3 layers the 4-row walks were best or within 3-20 % of the best walk on every layer; splits
+        # 16-64 (128 was never best). 16x16 and 32x32 merged tiles on 4 warps (64 lanes) and 32x32 on 8 (128
+        # lanes); spill-free on sm_90 (80-255 registers); the 128-lane 4-warp and the 2-warp tiles spill in the
+        # registry's build. Dev suite, H100 (.../dev_suite_h100_call8): best kernel on 5 of its 6 stride-1 grouped
+        # 3x3 problems (c128 56x56 80.3 -> 48.0 us, c512 14x14 27.6 -> 17.2; c1024 7x7 16.7 -> 14.4 at 8 splits).
         tile = (c.block_m, c.block_n, c.block_k, c.num_warps)
         if c.group_m != 4 or tile not in GWALK_WEIGHT_DEFAULT_TILES or c.merge * 4 > c.block_n:
             return False

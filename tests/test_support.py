@@ -314,3 +314,28 @@ def test_gwalk_runs_grouped_3x3_stride_1_problems(direction):
 def test_gwalk_refusals_name_the_field(direction, overrides, merge, field):
     support = is_supported(_resnext(direction=direction, **overrides), _walk(direction, merge=merge))
     assert_no(support, field.split("/")[0])
+
+
+def _weight_walk(side=32, lanes=64, split_k=16, merge=4) -> KernelConfig:
+    return KernelConfig(Direction.BACKWARD_WEIGHT, DType.BF16, 2, Family.GWALK, side, side, lanes, 4, 1, 4, split_k,
+                        merge, 8)
+
+
+def test_gwalk_backward_weight_runs_grouped_3x3_stride_1_problems():
+    assert is_supported(_resnext(direction=Direction.BACKWARD_WEIGHT), _weight_walk())
+    # more splits than reduction units: the empty splits write zero partials
+    assert is_supported(_resnext(direction=Direction.BACKWARD_WEIGHT, batch=1, input_size=(4, 4)),
+                        _weight_walk(split_k=128))
+
+
+@pytest.mark.parametrize("overrides, config, field", [
+    (dict(stride=(2, 2)), dict(), "stride/dilation"),
+    (dict(filter_size=(1, 1), pad_begin=(0, 0), pad_end=(0, 0)), dict(), "filter_size"),
+    (dict(groups=8, in_channels=256, out_channels=256), dict(merge=2), "in_channels/out_channels"),  # 2 x 32 > 32
+    (dict(groups=32, in_channels=256, out_channels=512), dict(), "in_channels/out_channels"),  # K: 4 x 16 > 32
+    # 256 images of 112 rows: 256 x 28 walks of 4 rows x 64 lanes over 16 splits > 16384 lanes per split
+    (dict(batch=256, input_size=(112, 56)), dict(), "batch/input_size"),
+])
+def test_gwalk_backward_weight_refusals_name_the_field(overrides, config, field):
+    support = is_supported(_resnext(direction=Direction.BACKWARD_WEIGHT, **overrides), _weight_walk(**config))
+    assert_no(support, field.split("/")[0])

@@ -48,3 +48,33 @@ def test_backward_data_walks_dy_into_dx_with_the_flipped_pads(pad_begin, pad_end
 def test_tiles_up_to_32x32_channels_hold_their_weights():
     assert holds_weights(_config(side=16)) and holds_weights(_config(side=32))
     assert not holds_weights(_config(side=64))
+
+
+# ---- backward-weight (native/kernels/gwalk_geometry.py) --------------------------------------------------------
+
+def _weight_config(side=32, lanes=64, rows=4, split_k=16, merge=4) -> KernelConfig:
+    return KernelConfig(Direction.BACKWARD_WEIGHT, DType.BF16, 2, Family.GWALK, side, side, lanes, 4, 1, rows,
+                        split_k, merge, 8)
+
+
+def test_backward_weight_lanes_are_input_columns_of_several_images():
+    from tiledispatch.native.kernels.gwalk_geometry import weight_walk_geometry
+
+    # 7x7 input, pads 1: the lanes run over the 7 input columns (padding columns add nothing), 9 images per tile
+    geo = weight_walk_geometry(_problem("bwd_weight"), _weight_config())
+    assert (geo["tile_w"], geo["images"]) == (7, 9)
+    assert geo["units"] == 4 * 2 * 1  # 32 images by 9, 7 output rows by 4, one column tile
+    assert geo["lanes_per_split"] == 1 * 4 * 64  # 8 units over 16 splits: at most one walk of 4 rows each
+    assert geo["grid"] == (16, 8, 1)  # splits x blocks of 4 of the 32 groups
+    assert (geo["gc"], geo["gk"]) == (16, 32)  # merged C/G = 4 and K/G = 8
+
+
+def test_backward_weight_columns_wider_than_the_lanes_split_into_tiles():
+    from tiledispatch.native.kernels.gwalk_geometry import weight_walk_geometry
+
+    # input 150 wide, stride 1 pad 0: output 148 wide, but the lanes cover the 150 input columns
+    prob = _problem("bwd_weight", batch=2, input_size=(5, 150), pad_begin=(0, 0), pad_end=(0, 0))
+    geo = weight_walk_geometry(prob, _weight_config(lanes=128, rows=2, split_k=8))
+    assert (geo["tile_w"], geo["images"]) == (128, 1)
+    assert geo["units"] == 2 * 2 * 2  # images x output-row walks (3 rows by 2) x column tiles (150 by 128)
+    assert geo["lanes_per_split"] == 1 * 2 * 128
