@@ -323,8 +323,9 @@ def _default_rule(config: KernelConfig) -> bool:
         # grouped 3x3 layers the 4-row walks were best or within 3-20 % of the best walk on every layer; splits
         # 16-64 (128 was never best). 16x16 and 32x32 merged tiles on 4 warps (64 lanes) and 32x32 on 8 (128
         # lanes); spill-free on sm_90 (80-255 registers); the 128-lane 4-warp and the 2-warp tiles spill in the
-        # registry's build. Dev suite, H100 (.../dev_suite_h100_call8): best kernel on 5 of its 6 stride-1 grouped
-        # 3x3 problems (c128 56x56 80.3 -> 48.0 us, c512 14x14 27.6 -> 17.2; c1024 7x7 16.7 -> 14.4 at 8 splits).
+        # registry's build. Dev suite, H100 (.../dev_suite_h100_call8): best kernel on 4 of the 5 problems it runs
+        # (c128 56x56 80.3 -> 48.0 us, c512 14x14 27.6 -> 17.2, c1024 7x7 16.7 -> 14.4 at 8 splits; batch 1:
+        # gmerge 5.8 us against 6.5).
         tile = (c.block_m, c.block_n, c.block_k, c.num_warps)
         if c.group_m != 4 or tile not in GWALK_WEIGHT_DEFAULT_TILES or c.merge * 4 > c.block_n:
             return False
