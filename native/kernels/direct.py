@@ -75,7 +75,7 @@ from tiledispatch.native.kernels.direct_tiling import (  # noqa: F401  (re-expor
     bwd_weight_tiling,
 )
 from tiledispatch.native.kernels.igemm_fwd import spatial_args
-from tiledispatch.native.kernels.split_reduce import split_reduce_launch, split_reduce_program
+from tiledispatch.native.kernels.split_reduce import split_reduce_launch, split_reduce_program, weight_partials_elements
 from tiledispatch.native.problem import ConvProblem, Direction
 
 _SIZE_PARAMS = ("BATCH", "GROUPS", "CG", "KG", "IN_D", "IN_H", "IN_W", "OUT_D", "OUT_H", "OUT_W",
@@ -1023,7 +1023,7 @@ class DirectBackwardWeight:
         return programs
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
-        return problem.weight_elements * config.split_k if config.split_k > 1 else 0
+        return weight_partials_elements(problem, config)
 
     @staticmethod
     def tiling(problem: ConvProblem, config: KernelConfig) -> tuple[int, int, int, int]:

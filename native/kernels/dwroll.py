@@ -54,7 +54,7 @@ from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.kernels.base import Launch, Program, as3d, cdiv, fixed_sizes, int_type, pointer_type
 from tiledispatch.native.kernels.direct import _f32, tap_major_launch, tap_major_program
 from tiledispatch.native.kernels.dwroll_tiling import data_geometry, data_rows, hoists_weights, weight_tiling
-from tiledispatch.native.kernels.split_reduce import split_reduce_launch, split_reduce_program
+from tiledispatch.native.kernels.split_reduce import split_reduce_launch, split_reduce_program, weight_partials_elements
 from tiledispatch.native.problem import ConvProblem, Direction
 
 _DATA_PARAMS = ("BATCH", "CHANNELS", "IN_D", "IN_H", "IN_W", "OUT_D", "OUT_H", "OUT_W", "F_D", "F_W",
@@ -526,7 +526,7 @@ class DwrollBackwardWeight:
         return programs
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
-        return problem.weight_elements * config.split_k if config.split_k > 1 else 0
+        return weight_partials_elements(problem, config)
 
     def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
         rows, items_per_split = weight_tiling(problem, config)

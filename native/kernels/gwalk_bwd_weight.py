@@ -47,7 +47,11 @@ import triton.language as tl
 from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.kernels.base import Launch, Program, pointer_type
 from tiledispatch.native.kernels.gwalk_geometry import weight_walk_geometry
-from tiledispatch.native.kernels.split_reduce import split_reduce_launch, split_reduce_program
+from tiledispatch.native.kernels.split_reduce import (
+    split_reduce_program,
+    weight_partials_elements,
+    weight_split_plan,
+)
 from tiledispatch.native.problem import ConvProblem, Direction
 
 _SIZE_PARAMS = ("BATCH", "C_TOTAL", "K_TOTAL", "CG", "KG", "GC", "GK", "IN_H", "IN_W", "OUT_H", "OUT_W",
@@ -187,17 +191,14 @@ class GwalkBackwardWeight:
         return programs
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
-        return config.split_k * problem.weight_elements if config.split_k > 1 else 0
+        return weight_partials_elements(problem, config)
 
     def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
         geo = weight_walk_geometry(problem, config)
         sizes = (problem.batch, problem.in_channels, problem.out_channels, problem.c_per_group,
                  problem.k_per_group, geo["gc"], geo["gk"], *problem.input_size, *problem.output_size,
                  *problem.pad_begin, geo["tile_w"], geo["images"])
-        if config.split_k == 1:
-            return [Launch("main", geo["grid"], (first, second, out, *sizes))]
-        if workspace is None or workspace.numel() < self.workspace_elements(problem, config):
-            raise ValueError(f"workspace: split_k={config.split_k} needs "
-                             f"{self.workspace_elements(problem, config)} fp32 elements")
-        return [Launch("main", geo["grid"], (first, second, workspace, *sizes)),
-                split_reduce_launch(config, workspace, out, problem.weight_elements)]
+        def main(target) -> Launch:  # dW unsplit, the fp32 partials split
+            return Launch("main", geo["grid"], (first, second, target, *sizes))
+
+        return weight_split_plan(config, problem, main, out, workspace)

@@ -45,7 +45,11 @@ import triton.language as tl
 from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.kernels.base import Launch, Program, cdiv, int_type, pointer_type, tensor_core_constexprs
 from tiledispatch.native.kernels.igemm_fwd import aligned_channels, spatial_args
-from tiledispatch.native.kernels.split_reduce import split_reduce_launch, split_reduce_program
+from tiledispatch.native.kernels.split_reduce import (
+    split_reduce_program,
+    weight_partials_elements,
+    weight_split_plan,
+)
 from tiledispatch.native.kernels.tiles import grouped_tile
 from tiledispatch.native.problem import ConvProblem, Direction
 
@@ -227,17 +231,14 @@ class IgemmBackwardWeight:
         return programs
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
-        return config.split_k * problem.weight_elements if config.split_k > 1 else 0
+        return weight_partials_elements(problem, config)
 
     def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
         tiles = (cdiv(config.merge * problem.k_per_group, config.block_m) * math.prod(problem.filter_size)
                  * cdiv(config.merge * problem.c_per_group, config.block_n))
         grid = (tiles, cdiv(problem.groups, config.merge), config.split_k)
         sizes = (problem.batch, problem.groups, problem.c_per_group, problem.k_per_group, *spatial_args(problem))
-        if config.split_k == 1:
-            return [Launch("main", grid, (first, second, out, *sizes))]
-        if workspace is None or workspace.numel() < self.workspace_elements(problem, config):
-            raise ValueError(f"workspace: split_k={config.split_k} needs "
-                             f"{self.workspace_elements(problem, config)} fp32 elements")
-        return [Launch("main", grid, (first, second, workspace, *sizes)),
-                split_reduce_launch(config, workspace, out, problem.weight_elements)]
+        def main(target) -> Launch:  # dW unsplit, the fp32 partials split
+            return Launch("main", grid, (first, second, target, *sizes))
+
+        return weight_split_plan(config, problem, main, out, workspace)

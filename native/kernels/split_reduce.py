@@ -16,11 +16,15 @@ still get tens of programs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import triton
 import triton.language as tl
 
 from tiledispatch.native.configs import KernelConfig
 from tiledispatch.native.kernels.base import Launch, Program, cdiv, int_type, pointer_type
+from tiledispatch.native.problem import ConvProblem
 
 #: Elements of one program's [SPLIT_K, BLOCK] tile of partials.
 TILE_ELEMENTS = 4096
@@ -69,3 +73,20 @@ def split_reduce_program(config: KernelConfig) -> Program:
 def split_reduce_launch(config: KernelConfig, workspace, out, elements: int) -> Launch:
     """The reduce launch summing ``workspace``'s ``config.split_k`` rows of ``elements`` into ``out``."""
     return Launch("reduce", (cdiv(elements, reduce_block(config.split_k)), 1, 1), (workspace, out, elements))
+
+
+def weight_partials_elements(problem: ConvProblem, config: KernelConfig) -> int:
+    """fp32 workspace elements of a split-K backward-weight kernel: ``split_k`` rows of dW (0 unsplit)."""
+    return config.split_k * problem.weight_elements if config.split_k > 1 else 0
+
+
+def weight_split_plan(config: KernelConfig, problem: ConvProblem, main: Callable[[Any], Launch], out,
+                      workspace) -> list[Launch]:
+    """A backward-weight kernel's launches: ``main(out)`` unsplit; split, ``main(workspace)`` writing the fp32
+    partials, then the reduce summing them into ``out`` (dW)."""
+    if config.split_k == 1:
+        return [main(out)]
+    needed = weight_partials_elements(problem, config)
+    if workspace is None or workspace.numel() < needed:
+        raise ValueError(f"workspace: split_k={config.split_k} needs {needed} fp32 elements")
+    return [main(workspace), split_reduce_launch(config, workspace, out, problem.weight_elements)]
