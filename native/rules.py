@@ -326,11 +326,14 @@ def _default_rule(config: KernelConfig) -> bool:
         # registry's build. Dev suite, H100 (.../dev_suite_h100_call8): best kernel on 4 of the 5 problems it runs
         # (c128 56x56 80.3 -> 48.0 us, c512 14x14 27.6 -> 17.2, c1024 7x7 16.7 -> 14.4 at 8 splits; batch 1:
         # gmerge 5.8 us against 6.5).
+        # One-row walks (any stride and dilation) on the 4-warp tiles: the grouped layers the 4-row walks cannot
+        # run (stride 2, dilation 2).
         tile = (c.block_m, c.block_n, c.block_k, c.num_warps)
-        if c.group_m != 4 or tile not in GWALK_WEIGHT_DEFAULT_TILES or c.merge * 4 > c.block_n:
+        rows_ok = c.group_m == 4 or (c.group_m == 1 and c.num_warps == 4)
+        if not rows_ok or tile not in GWALK_WEIGHT_DEFAULT_TILES or c.merge * 4 > c.block_n:
             return False
         if c.split_k == 1:  # the unsplit path, for CI's compile check
-            return tile == (16, 16, 64, 4)
+            return tile == (16, 16, 64, 4) and c.group_m == 4
         # 8 splits on the 32x32 tiles: wide groups (C/G 16-32) write 8-9x MERGE·C/G·K/G partials per split
         return c.split_k in (16, 32, 64) or (c.split_k == 8 and c.block_m == 32)
     if c.family is Family.GWALK:
@@ -416,7 +419,7 @@ def _tiny_rule(config: KernelConfig) -> bool:
     if c.dtype is not DType.BF16 or c.index64:
         return False
     if c.family is Family.GWALK and c.direction is Direction.BACKWARD_WEIGHT:
-        return (c.block_m, c.block_n, c.merge) == (16, 16, 2) and c.split_k in (1, 16)
+        return (c.block_m, c.block_n, c.merge, c.group_m) == (16, 16, 2, 4) and c.split_k in (1, 16)
     if c.family is Family.GWALK:  # one 4-warp and one 8-warp tile
         return (c.block_m, c.block_n, c.num_warps, c.group_m) in ((64, 32, 4, 4), (128, 32, 8, 2)) and c.merge == 2
     if c.family is Family.DWROLL:  # plain and prefetching; the lean backward-weight tile at 128 splits

@@ -316,9 +316,19 @@ def test_gwalk_refusals_name_the_field(direction, overrides, merge, field):
     assert_no(support, field.split("/")[0])
 
 
-def _weight_walk(side=32, lanes=64, split_k=16, merge=4) -> KernelConfig:
-    return KernelConfig(Direction.BACKWARD_WEIGHT, DType.BF16, 2, Family.GWALK, side, side, lanes, 4, 1, 4, split_k,
-                        merge, 8)
+def _weight_walk(side=32, lanes=64, split_k=16, merge=4, rows=4) -> KernelConfig:
+    return KernelConfig(Direction.BACKWARD_WEIGHT, DType.BF16, 2, Family.GWALK, side, side, lanes, 4, 1, rows,
+                        split_k, merge, 8)
+
+
+@pytest.mark.parametrize("overrides", [dict(stride=(2, 2)), dict(dilation=(2, 2), pad_begin=(2, 2), pad_end=(2, 2)),
+                                       dict(stride=(2, 1), dilation=(1, 3), pad_begin=(0, 3), pad_end=(1, 3))])
+def test_gwalk_backward_weight_one_row_walks_take_strides_and_dilations(overrides):
+    prob = _resnext(direction=Direction.BACKWARD_WEIGHT, **overrides)
+    assert is_supported(prob, _weight_walk(rows=1))
+    assert_no(is_supported(prob, _weight_walk(rows=2)), "stride")  # the walk's row sharing is compiled in
+    five = _resnext(direction=Direction.BACKWARD_WEIGHT, filter_size=(5, 5), pad_begin=(2, 2), pad_end=(2, 2))
+    assert_no(is_supported(five, _weight_walk(rows=1)), "filter_size")
 
 
 def test_gwalk_backward_weight_runs_grouped_3x3_stride_1_problems():

@@ -55,18 +55,20 @@ from tiledispatch.native.kernels.split_reduce import (
 from tiledispatch.native.problem import ConvProblem, Direction
 
 _SIZE_PARAMS = ("BATCH", "C_TOTAL", "K_TOTAL", "CG", "KG", "GC", "GK", "IN_H", "IN_W", "OUT_H", "OUT_W",
-                "PAD_H", "PAD_W", "TILE_W", "IMAGES")
+                "PAD_H", "PAD_W", "STR_H", "STR_W", "DIL_H", "DIL_W", "TILE_W", "IMAGES")
 
 
 @triton.jit
 def _gwalk_bwd_weight_kernel(
     x_ptr, dy_ptr, out_ptr,
-    BATCH, C_TOTAL, K_TOTAL, CG, KG, GC, GK, IN_H, IN_W, OUT_H, OUT_W, PAD_H, PAD_W, TILE_W, IMAGES,
+    BATCH, C_TOTAL, K_TOTAL, CG, KG, GC, GK, IN_H, IN_W, OUT_H, OUT_W, PAD_H, PAD_W, STR_H, STR_W, DIL_H, DIL_W,
+    TILE_W, IMAGES,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ROWS: tl.constexpr,
     SPLIT_K: tl.constexpr,
 ):
     """CG / KG: channels per group; GC / GK: a group block's merged input / output channels (c0 = gb·GC,
-    k0 = gb·GK). 3×3 filter, stride 1, dilation 1 (compiled in)."""
+    k0 = gb·GK). 3×3 filter. ROWS > 1: stride 1 and dilation 1 (the walk's row sharing is compiled in; the
+    support check refuses others); ROWS = 1: any stride and dilation (STR_*, DIL_*)."""
     # Multiples of 8 (the support check guarantees it), written so that the compiler can prove every channel
     # run 16-byte aligned (run-time sizes carry no divisibility hint in the registry's build; see gwalk.py).
     C_TOTAL = (C_TOTAL // 8) * 8
@@ -108,10 +110,38 @@ def _gwalk_bwd_weight_kernel(
         iw = tile_w * TILE_W + lane_col
         pix_ok = lane_used & (image < BATCH) & (iw < IN_W)
         x_pix = x_ptr + (image * IN_H * IN_W + iw) * C_TOTAL + c0  # per lane: its input column in row 0
-        # A[s·BLOCK_M + k, lane] = dY[image, oh0 + i, iw + PAD_W − s, k0 + k]: a per-lane offset plus a per-row
-        # one (2D offset tensors held across the walk cost the 4-warp tiles their spill-free build)
+        if ROWS == 1:
+            # One output row, any stride and dilation: A[s·BLOCK_M + k, lane] = dY[image, oh0, ow, k0 + k] where
+            # iw = ow·STR_W − PAD_W + s·DIL_W (lanes with no such ow add zero), then its three filter rows'
+            # input rows, one load each.
+            ow_num0 = iw + PAD_W
+            ow_num1 = ow_num0 - DIL_W
+            ow_num2 = ow_num1 - DIL_W
+            ow0 = ow_num0 // STR_W
+            ow1 = ow_num1 // STR_W
+            ow2 = ow_num2 // STR_W
+            ok0 = (ow_num0 >= 0) & (ow0 * STR_W == ow_num0) & (ow0 < OUT_W)
+            ok1 = (ow_num1 >= 0) & (ow1 * STR_W == ow_num1) & (ow1 < OUT_W)
+            ok2 = (ow_num2 >= 0) & (ow2 * STR_W == ow_num2) & (ow2 < OUT_W)
+            ow = tl.where(s[:, None] == 0, ow0[None, :], tl.where(s[:, None] == 1, ow1[None, :], ow2[None, :]))
+            col_ok = tl.where(s[:, None] == 0, ok0[None, :], tl.where(s[:, None] == 1, ok1[None, :], ok2[None, :]))
+            a = tl.load(dy_ptr + (((image * OUT_H + oh0) * OUT_W)[None, :] + ow) * K_TOTAL + (k0 + ks)[:, None],
+                        mask=(k_ok[:, None] & pix_ok[None, :]) & col_ok, other=0.0)
+            for q in tl.static_range(3):
+                ih = oh0 * STR_H - PAD_H + q * DIL_H
+                b = tl.load(x_pix[:, None] + ih * IN_W * C_TOTAL + cs[None, :],
+                            mask=(pix_ok & (ih >= 0) & (ih < IN_H))[:, None] & c_ok[None, :], other=0.0)
+                if q == 0:
+                    acc0 = tl.dot(a, b, acc0)
+                elif q == 1:
+                    acc1 = tl.dot(a, b, acc1)
+                else:
+                    acc2 = tl.dot(a, b, acc2)
+        # ROWS > 1 (stride 1, dilation 1): A[s·BLOCK_M + k, lane] = dY[image, oh0 + i, iw + PAD_W − s, k0 + k]: a
+        # per-lane offset plus a per-row one (2D offset tensors held across the walk cost the 4-warp tiles their
+        # spill-free build)
         dy_lane = ((image * OUT_H + oh0) * OUT_W + iw + PAD_W) * K_TOTAL
-        for step in tl.static_range(ROWS + 2):
+        for step in tl.static_range(ROWS + 2 if ROWS > 1 else 0):
             if step < ROWS:  # output row oh0 + step: the A operand of the three filter rows it meets
                 ow = iw[None, :] + PAD_W - s[:, None]
                 a_ok = (k_ok[:, None] & (pix_ok & (oh0 + step < OUT_H))[None, :]) & (ow >= 0) & (ow < OUT_W)
@@ -197,7 +227,7 @@ class GwalkBackwardWeight:
         geo = weight_walk_geometry(problem, config)
         sizes = (problem.batch, problem.in_channels, problem.out_channels, problem.c_per_group,
                  problem.k_per_group, geo["gc"], geo["gk"], *problem.input_size, *problem.output_size,
-                 *problem.pad_begin, geo["tile_w"], geo["images"])
+                 *problem.pad_begin, *problem.stride, *problem.dilation, geo["tile_w"], geo["images"])
         def main(target) -> Launch:  # dW unsplit, the fp32 partials split
             return Launch("main", geo["grid"], (first, second, target, *sizes))
 

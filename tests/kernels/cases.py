@@ -51,6 +51,9 @@ SHAPES_2D = {
     # gwalk: C/G 8, K/G 16, output 19 wide (two column tiles of 16), 5 output rows (a partial row block).
     "walk_wide": dict(batch=2, groups=2, in_channels=16, out_channels=32, input_size=(5, 19), filter_size=(3, 3),
                       stride=(1, 1), dilation=(1, 1), pad_begin=(1, 1), pad_end=(1, 1)),
+    # gwalk backward-weight walking one row: strides and dilations differing per axis, asymmetric pads.
+    "walk_strided": dict(batch=3, groups=6, in_channels=24, out_channels=24, input_size=(9, 11), filter_size=(3, 3),
+                         stride=(2, 1), dilation=(1, 3), pad_begin=(0, 2), pad_end=(1, 3)),
     # No padding: the forward tma kernel reads the input in place (no padded copy).
     "stride1_valid": dict(batch=2, groups=1, in_channels=32, out_channels=16, input_size=(4, 5), filter_size=(2, 2),
                           stride=(1, 1), dilation=(1, 1), pad_begin=(0, 0), pad_end=(0, 0)),
@@ -82,7 +85,7 @@ FAMILY_SHAPES = {
     Family.DIRECT: ("depthwise", "dw_multiplier", "grouped_odd", "stride3", "depthwise_odd", "depthwise_7x7"),
     Family.TMA: ("stride1_grouped", "stride1_valid"),
     Family.DWROLL: ("depthwise", "dwroll_strided", "dwroll_stride1", "dwroll"),
-    Family.GWALK: ("depthwise", "walk_grouped", "walk_wide"),
+    Family.GWALK: ("depthwise", "walk_grouped", "walk_wide", "walk_strided"),
 }
 
 
@@ -135,6 +138,8 @@ def cases(ndims=(2, 3)):
                     if family is Family.DWROLL and direction is Direction.BACKWARD_DATA \
                             and any(s != 1 for s in available[label]["stride"]):
                         continue  # backward-data dwroll kernels need stride 1
+                    if label == "walk_strided" and direction is not Direction.BACKWARD_WEIGHT:
+                        continue  # only backward-weight walks of one row take strides and dilations
                     variants = [dict()]
                     if family is Family.DWROLL:
                         height = available[label]["filter_size"][-2]
@@ -150,7 +155,8 @@ def cases(ndims=(2, 3)):
                         variants = {"depthwise": [dict(merge=8, rows=4)],
                                     "walk_grouped": [dict(merge=2, rows=1), dict(merge=4, rows=2),
                                                      dict(merge=4, rows=4, wide=True)],
-                                    "walk_wide": [dict(merge=1, rows=4), dict(merge=2, rows=2, wide=True)]}[label]
+                                    "walk_wide": [dict(merge=1, rows=4), dict(merge=2, rows=2, wide=True)],
+                                    "walk_strided": [dict(merge=4, rows=1), dict(merge=2, rows=1, wide=True)]}[label]
                     if family is Family.GMERGE and label == "dw_multiplier":
                         variants = [dict(merge=4)]  # 5 groups: the last block is partial
                     if family is Family.GMERGE and label == "small_groups":
@@ -207,10 +213,10 @@ DWROLL_GPU_TILES = {
 GWALK_GPU_TILES = (((64, 32, 32, 4), 4, 4), ((128, 32, 32, 8), 2, 1), ((64, 16, 16, 4), 1, 2),
                    ((128, 16, 16, 4), 4, 1))
 #: gwalk backward-weight GPU-test tiles ((block_m, block_n, block_k, warps), rows, merge, split_k): default's three
-#: (4 rows) unsplit and split up to 64 (most splits empty on the small random problems: they write zeros), and a
-#: 1-row walk.
+#: (4 rows) unsplit and split up to 64 (most splits empty on the small random problems: they write zeros), and
+#: default's 1-row walks (any stride and dilation).
 GWALK_WEIGHT_GPU_TILES = (((16, 16, 64, 4), 4, 2, 1), ((32, 32, 64, 4), 4, 1, 16), ((32, 32, 128, 8), 4, 2, 64),
-                          ((16, 16, 64, 4), 1, 2, 32))
+                          ((16, 16, 64, 4), 1, 2, 32), ((32, 32, 64, 4), 1, 1, 8))
 #: Backward-weight dwroll kernels beyond DWROLL_GPU_TILES: default's lean 3x3 tile at its largest split.
 DWROLL_GPU_EXTRA_WEIGHT = ((64, 16, 3, 8, 2, 128),)
 

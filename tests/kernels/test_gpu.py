@@ -150,18 +150,21 @@ def test_random_depthwise_rolling_rows(registry, direction, dtype, ndim, seed):
 
 
 def _random_walk_problem(rng: random.Random, direction: Direction, dtype: DType) -> ConvProblem:
-    """A grouped 3x3 stride-1 problem the gwalk kernels run: 4-32 channels per group (K/G = C/G or twice it),
+    """A grouped 3x3 problem the gwalk kernels run (stride 1; backward-weight: strides and dilations 1-2, which
+    its one-row walks take): 4-32 channels per group (K/G = C/G or twice it),
     odd group counts (partial merged blocks) where the channel counts stay multiples of 8 (the family's
     16-byte runs), pads 0-2 on either side, widths from a few columns (several images per program) to past
     a 128-row tile (several column tiles)."""
     cg = rng.choice([4, 8, 16, 32])
     kg = rng.choice([cg, cg, min(2 * cg, 32)])
     groups = rng.choice([2, 6, 8, 32] if cg == 4 else [2, 3, 6, 8, 32])
-    size = (rng.randint(3, 30), rng.choice([rng.randint(3, 9), rng.randint(10, 70), rng.randint(129, 150)]))
+    size = (rng.randint(5, 30), rng.choice([rng.randint(5, 9), rng.randint(10, 70), rng.randint(129, 150)]))
+    # backward-weight: strides and dilations 1-2 too (the one-row walks take them)
+    steps = (1, 1, 2) if direction is Direction.BACKWARD_WEIGHT else (1,)
     return ConvProblem(direction=direction, dtype=dtype, batch=rng.randint(1, 5), groups=groups,
                        in_channels=groups * cg, out_channels=groups * kg, input_size=size, filter_size=(3, 3),
-                       stride=(1, 1), dilation=(1, 1), pad_begin=(rng.randint(0, 2), rng.randint(0, 2)),
-                       pad_end=(rng.randint(0, 2), rng.randint(0, 2)))
+                       stride=(rng.choice(steps), rng.choice(steps)), dilation=(rng.choice(steps), rng.choice(steps)),
+                       pad_begin=(rng.randint(0, 2), rng.randint(0, 2)), pad_end=(rng.randint(0, 2), rng.randint(0, 2)))
 
 
 @pytest.mark.parametrize("seed", range(4))
