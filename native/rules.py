@@ -326,8 +326,10 @@ def _default_rule(config: KernelConfig) -> bool:
         # registry's build. Dev suite, H100 (.../dev_suite_h100_call8): best kernel on 4 of the 5 problems it runs
         # (c128 56x56 80.3 -> 48.0 us, c512 14x14 27.6 -> 17.2, c1024 7x7 16.7 -> 14.4 at 8 splits; batch 1:
         # gmerge 5.8 us against 6.5).
-        # One-row walks (any stride and dilation) on the 4-warp tiles: the grouped layers the 4-row walks cannot
-        # run (stride 2, dilation 2).
+        # One-row walks (any stride and dilation) on the 4-warp tiles, for the grouped layers the 4-row walks
+        # cannot run. H100 dev suite (.../dev_suite_h100_call11): dilation 2 (n8 g8 c256 64x64) 59.7 -> 56.8 us
+        # (cuDNN 37.6); stride 2 (n32 g32 c256 56x56) 83.4 us against gmerge's 42.1: half the stacked gradient
+        # lanes are zeros there and the input is 4x the output.
         tile = (c.block_m, c.block_n, c.block_k, c.num_warps)
         rows_ok = c.group_m == 4 or (c.group_m == 1 and c.num_warps == 4)
         if not rows_ok or tile not in GWALK_WEIGHT_DEFAULT_TILES or c.merge * 4 > c.block_n:
