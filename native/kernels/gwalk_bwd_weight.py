@@ -1,4 +1,5 @@
-"""Grouped 3×3 stride-1 backward-weight on tensor cores, walking down the output rows (gwalk), 2D.
+"""Grouped 3×3 backward-weight on tensor cores, walking down the output rows (gwalk), 2D: stride 1 and
+dilation 1 for walks of 2 or 4 rows, any stride and dilation for one-row walks (last paragraph).
 
 ``dW[g, k, fr, s, c] = Σ_n Σ_{oh, iw} dY[n, oh, iw + pad_w − s, g, k] · X[n, oh − pad_h + fr, iw, g, c]``
 (the sum over output columns written over input columns ``iw = ow − pad_w + s``: padding columns add zero).
@@ -31,6 +32,11 @@ split writes zeros) and the shared reduce (``split_reduce.py``) sums the rows in
 :data:`~tiledispatch.native.kernels.gwalk_geometry.MAX_LANES_PER_SPLIT` reduction lanes (the support check
 refuses longer splits), the length igemm's kernels sum before promoting to fp32 adds.
 Host-side sizes: ``gwalk_geometry.py``.
+
+One-row walks (``ROWS`` = 1) take any stride and dilation (run-time sizes): the output row ``oh`` reads input
+rows ``oh·STR_H − pad_h + q·DIL_H`` (one load each), and stacked row ``s`` of lane ``iw`` holds
+``dY[.., ow, ..]`` with ``iw = ow·STR_W − pad_w + s·DIL_W`` (zero where no such ``ow`` exists: at stride 2 half
+the lanes of each row block).
 
 Why: the igemm / gmerge backward-weight programs own one tap each, so every activation and gradient tile
 is loaded nine times and every lane's (n, h, w) is decoded per step; the forward / backward-data walk was
