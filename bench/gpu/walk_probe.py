@@ -8,8 +8,12 @@ in the package since ``2c46d18`` (16-byte channel runs in the registry's binarie
 probe now measures the package's kernel at any gwalk config (``launch.run`` with the JIT backend: the same
 program as the registry's binary, without integer specialisation) on ResNeXt-50's stride-1 grouped 3×3 layers.
 
-Usage (GPU machine): ``python bench/gpu/walk_probe.py --out DIR``; writes ``DIR/walk.csv`` (one row per
-problem × variant) and ``DIR/walk.json`` (environment).
+Backward-weight (``--directions bwd_weight``, session 13): the walks of ``gwalk_bwd_weight.py`` at
+:data:`WEIGHT_TILES` × lanes × rows × splits, compiled in parallel through the registry (a config whose registry
+build spills runs JIT-launched instead, with Triton's integer specialisation: compare it with care).
+
+Usage (GPU machine): ``python bench/gpu/walk_probe.py --out DIR [--directions fwd,bwd_data,bwd_weight]``; writes
+``DIR/walk.csv`` (one row per problem × variant) and ``DIR/walk.json`` (environment).
 """
 
 from __future__ import annotations
