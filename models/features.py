@@ -59,6 +59,7 @@ from tiledispatch.native.arch import ArchSpec, get_arch
 from tiledispatch.native.configs import KernelConfig
 from tiledispatch.native.kernels import dwroll_tiling
 from tiledispatch.native.kernels.direct_tiling import bwd_weight_tiling
+from tiledispatch.native.kernels.gwalk_geometry import weight_walk_geometry
 from tiledispatch.native.problem import ConvProblem, Direction, ProblemClass
 
 SCHEMA_VERSION = 3
@@ -408,6 +409,16 @@ class FeatureEngine:
                 steps[i] = _cdiv(per_lines, line_block) * _cdiv(out_w, row_width)
                 split_used[i] = _cdiv(lines, per_lines) / config.split_k
                 useful[i] = rows_used
+            # gwalk_bwd_weight.py: splits × group blocks; a split walks a contiguous range of reduction units
+            # (images × output-row walks × input-column tiles), block_k lanes per unit row (gwalk_geometry.py).
+            for i in np.flatnonzero(fam == analytic.FAMILY_CODES["gwalk"]):
+                config = table.configs[i]
+                geo = weight_walk_geometry(p, config)
+                units_per_split = _cdiv(geo["units"], config.split_k)
+                grid[i] = math.prod(geo["grid"])
+                reduction[i] = geo["lanes_per_split"]
+                steps[i] = units_per_split * config.group_m
+                split_used[i] = _cdiv(geo["units"], units_per_split) / config.split_k
             workspace = np.where(split > 1, split * float(p.weight_elements) * 4.0, 0.0)
         else:
             fwd = p.direction is Direction.FORWARD
@@ -433,6 +444,9 @@ class FeatureEngine:
             split_used = np.where(tc, _cdiv(total_steps, per_split) / split, split_used)
             result = p.output_elements if fwd else p.input_elements
             workspace = np.where(tc & (split > 1), split * float(result) * 4.0, 0.0)
+        # gwalk forward / backward-data rows keep the analytic tensor-core view above (b["ctas"]), not their
+        # launch grid (gwalk.walk_geometry: about half as many CTAs): it is what fwd/9 and bwd_data/9 were
+        # trained on, so moving them to the launch grid needs those models retrained with it.
         # dwroll.py: the rolling launch (its tap-major weight copy and split-K reduction are extra launches).
         dw_rows, dw = self._dwroll(p, table) if dwroll is None else dwroll
         if dw is not None:

@@ -4,9 +4,10 @@ import random
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tiledispatch.models.features import FEATURE_NAMES, FEATURE_SETS, SCHEMA_VERSION, FeatureEngine
-from tiledispatch.native.problem import Direction
+from tiledispatch.native.problem import ConvProblem, Direction
 from tiledispatch.native.rules import rule_set_configs
 from tiledispatch.native.sampler import sample_problem
 from tiledispatch.native.support import is_supported
@@ -175,6 +176,25 @@ def test_launch_grid_is_the_launchers_grid():
                 assert row[column] == np.log(math.prod(main[-1].grid)), config.name
                 checked += 1
     assert checked > 100
+
+
+@pytest.mark.parametrize("key", ["n32|g32|c128|k128|in56x56|f3x3|s1x1|d1x1|pb1x1|pe1x1",
+                                 "n8|g8|c256|k256|in64x64|f3x3|s1x1|d2x2|pb2x2|pe2x2",
+                                 "n32|g32|c256|k256|in56x56|f3x3|s2x2|d1x1|pb1x1|pe1x1"])
+def test_gwalk_backward_weight_launch_features_are_its_walk(key):
+    from tiledispatch.native.kernels.gwalk_geometry import weight_walk_geometry
+
+    engine = FeatureEngine("sm_90")
+    problem = ConvProblem.from_key(f"bwd_weight|bf16|2d|{key}")
+    configs = [c for c in rule_set_configs("default", "sm_90", directions=["bwd_weight"], dtypes=["bf16"])
+               if c.family.value == "gwalk" and is_supported(problem, c)]
+    assert configs
+    x = engine.build(problem, configs)
+    for row, config in zip(x, configs):
+        geo = weight_walk_geometry(problem, config)
+        assert np.exp(row[engine.index["x_grid_log_ctas"]]) == pytest.approx(np.prod(geo["grid"]))
+        lanes = np.exp(row[engine.index["x_launch_log_reduction_per_cta"]])
+        assert lanes == pytest.approx(geo["lanes_per_split"])
 
 
 # ---- schema 3: dwroll -------------------------------------------------------------------------
