@@ -28,12 +28,12 @@ tma        stride-1 implicit GEMM over a zero-padded copy   padded positions × 
 dwroll     depthwise CUDA-core FMA rolling down the rows:   output columns × channels × filter height
            each input row is read once and serves every     (exact; backward-weight: also the most
            filter row from registers                        filter columns)
-gwalk      2D 3×3 stride-1 grouped conv on tensor cores     forward / backward-data: GEMM M (images ×
-           walking down ``group_m`` output rows: each       output columns) × merged output channels ×
-           input row is loaded once per filter column and   merged reduction channels (at least
-           serves every output row (forward and backward-   MERGE·C/G or K/G); backward-weight: merged
-           data) or filter row (backward-weight) it feeds   K × merged C × (images × output columns);
-                                                            ``group_m`` = output rows walked (1, 2 or
+gwalk      2D 3×3 grouped conv on tensor cores walking      forward / backward-data: GEMM M (images ×
+           down ``group_m`` output rows (stride 1; one-row  output columns) × merged output channels ×
+           backward-weight walks: any stride, dilation):    merged reduction channels (at least
+           each input row is loaded once and serves every   MERGE·C/G or K/G); backward-weight: merged
+           output row (forward and backward-data) or        K × merged C × (images × input columns);
+           filter row (backward-weight) it feeds            ``group_m`` = output rows walked (1, 2 or
                                                             4), ``merge`` ≥ 1
 =========  ===============================================  =========================================
 
