@@ -75,7 +75,11 @@ from tiledispatch.native.kernels.direct_tiling import (  # noqa: F401  (re-expor
     bwd_weight_tiling,
 )
 from tiledispatch.native.kernels.igemm_fwd import spatial_args
-from tiledispatch.native.kernels.split_reduce import split_reduce_launch, split_reduce_program, weight_partials_elements
+from tiledispatch.native.kernels.split_reduce import (
+    split_reduce_launch,
+    weight_partials_elements,
+    with_split_reduce,
+)
 from tiledispatch.native.problem import ConvProblem, Direction
 
 _SIZE_PARAMS = ("BATCH", "GROUPS", "CG", "KG", "IN_D", "IN_H", "IN_W", "OUT_D", "OUT_H", "OUT_W",
@@ -1018,9 +1022,7 @@ class DirectBackwardWeight:
                                         types, config.num_warps, config.num_stages)}
         else:
             programs = _two_programs(_direct_bwd_weight_kernel, config, types, constexprs, passes=False)
-        if config.split_k > 1:
-            programs["reduce"] = split_reduce_program(config)
-        return programs
+        return with_split_reduce(programs, config)
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
         return weight_partials_elements(problem, config)

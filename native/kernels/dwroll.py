@@ -54,7 +54,11 @@ from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.kernels.base import Launch, Program, as3d, cdiv, fixed_sizes, int_type, pointer_type
 from tiledispatch.native.kernels.direct import _f32, tap_major_launch, tap_major_program
 from tiledispatch.native.kernels.dwroll_tiling import data_geometry, data_rows, hoists_weights, weight_tiling
-from tiledispatch.native.kernels.split_reduce import split_reduce_launch, split_reduce_program, weight_partials_elements
+from tiledispatch.native.kernels.split_reduce import (
+    split_reduce_launch,
+    weight_partials_elements,
+    with_split_reduce,
+)
 from tiledispatch.native.problem import ConvProblem, Direction
 
 _DATA_PARAMS = ("BATCH", "CHANNELS", "IN_D", "IN_H", "IN_W", "OUT_D", "OUT_H", "OUT_W", "F_D", "F_W",
@@ -520,10 +524,7 @@ class DwrollBackwardWeight:
         constexprs = {"BLOCK_W": config.block_m, "BLOCK_N": config.block_n, "F_H": config.block_k,
                       "SPLIT_K": config.split_k, "INDEX64": config.index64}
         kernel = _dwroll_bwd_weight_prefetch_kernel if config.num_stages == 2 else _dwroll_bwd_weight_kernel
-        programs = {"roll": Program(kernel, constexprs, types, config.num_warps, 1)}
-        if config.split_k > 1:
-            programs["reduce"] = split_reduce_program(config)
-        return programs
+        return with_split_reduce({"roll": Program(kernel, constexprs, types, config.num_warps, 1)}, config)
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
         return weight_partials_elements(problem, config)

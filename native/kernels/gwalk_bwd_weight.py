@@ -54,9 +54,9 @@ from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.kernels.base import Launch, Program, pointer_type
 from tiledispatch.native.kernels.gwalk_geometry import weight_walk_geometry
 from tiledispatch.native.kernels.split_reduce import (
-    split_reduce_program,
     weight_partials_elements,
     weight_split_plan,
+    with_split_reduce,
 )
 from tiledispatch.native.problem import ConvProblem, Direction
 
@@ -221,10 +221,7 @@ class GwalkBackwardWeight:
                         "ROWS": config.group_m, "SPLIT_K": config.split_k},
                        {"x_ptr": ptr, "dy_ptr": ptr, "out_ptr": out, **{name: "i32" for name in _SIZE_PARAMS}},
                        config.num_warps, 1)
-        programs = {"main": main}
-        if config.split_k > 1:
-            programs["reduce"] = split_reduce_program(config)
-        return programs
+        return with_split_reduce({"main": main}, config)
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
         return weight_partials_elements(problem, config)

@@ -46,9 +46,9 @@ from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.kernels.base import Launch, Program, cdiv, int_type, pointer_type, tensor_core_constexprs
 from tiledispatch.native.kernels.igemm_fwd import aligned_channels, spatial_args
 from tiledispatch.native.kernels.split_reduce import (
-    split_reduce_program,
     weight_partials_elements,
     weight_split_plan,
+    with_split_reduce,
 )
 from tiledispatch.native.kernels.tiles import grouped_tile
 from tiledispatch.native.problem import ConvProblem, Direction
@@ -224,11 +224,8 @@ class IgemmBackwardWeight:
         types = {"x_ptr": ptr, "dy_ptr": ptr, "out_ptr": out, **{name: ints for name in _SIZE_PARAMS}}
         constexprs = {**tensor_core_constexprs(config), "SPLIT_K": config.split_k,
                       "PROMOTE_BLOCKS": max(1, PROMOTE_POSITIONS // config.block_k)}
-        programs = {"main": Program(_igemm_bwd_weight_kernel, constexprs, types, config.num_warps,
-                                    config.num_stages)}
-        if config.split_k > 1:
-            programs["reduce"] = split_reduce_program(config)
-        return programs
+        return with_split_reduce({"main": Program(_igemm_bwd_weight_kernel, constexprs, types, config.num_warps,
+                                                  config.num_stages)}, config)
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
         return weight_partials_elements(problem, config)

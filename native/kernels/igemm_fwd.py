@@ -44,7 +44,11 @@ from tiledispatch.native.kernels.base import (
     pointer_type,
     tensor_core_constexprs,
 )
-from tiledispatch.native.kernels.split_reduce import partials_elements, split_reduce_launch, split_reduce_program
+from tiledispatch.native.kernels.split_reduce import (
+    partials_elements,
+    split_reduce_launch,
+    with_split_reduce,
+)
 from tiledispatch.native.kernels.tiles import grouped_tile
 from tiledispatch.native.problem import ConvProblem, Direction
 
@@ -214,9 +218,7 @@ def tensor_core_programs(config: KernelConfig, kernel, pointers: tuple[str, str,
     programs = {"main": Program(kernel, constexprs, types, config.num_warps, config.num_stages,
                                 fixed_sizes(config, kernel)),
                 **gmerge_pack.programs(config, backward_data=backward_data)}
-    if config.split_k > 1:
-        programs["reduce"] = split_reduce_program(config)
-    return programs
+    return with_split_reduce(programs, config)
 
 
 def tensor_core_launches(problem: ConvProblem, config: KernelConfig, grid: tuple[int, int, int], sizes: tuple,

@@ -70,6 +70,11 @@ def split_reduce_program(config: KernelConfig) -> Program:
                    REDUCE_WARPS, 1)
 
 
+def with_split_reduce(programs: dict[str, Program], config: KernelConfig) -> dict[str, Program]:
+    """``programs`` plus the reduce program when ``config`` splits the reduction (split_k > 1)."""
+    return {**programs, "reduce": split_reduce_program(config)} if config.split_k > 1 else programs
+
+
 def split_reduce_launch(config: KernelConfig, workspace, out, elements: int) -> Launch:
     """The reduce launch summing ``workspace``'s ``config.split_k`` rows of ``elements`` into ``out``."""
     return Launch("reduce", (cdiv(elements, reduce_block(config.split_k)), 1, 1), (workspace, out, elements))
