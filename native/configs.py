@@ -27,7 +27,9 @@ tma        stride-1 implicit GEMM over a zero-padded copy   padded positions × 
            rectangular TMA box, no per-element addressing
 dwroll     depthwise CUDA-core FMA rolling down the rows:   output columns × channels × filter height
            each input row is read once and serves every     (exact; backward-weight: also the most
-           filter row from registers                        filter columns)
+           filter row from registers (``group_m`` > 1:      filter columns)
+           forward / backward-data programs holding that
+           many output rows, loads per depth tap at once)
 gwalk      2D 3×3 grouped conv on tensor cores walking      forward / backward-data: GEMM M (images ×
            down ``group_m`` output rows (stride 1; one-row  output columns) × merged output channels ×
            backward-weight walks: any stride, dilation):    merged reduction channels (at least
@@ -57,6 +59,8 @@ from tiledispatch.native.problem import Direction, DType
 
 #: Tallest filter a dwroll kernel unrolls (one fp32 accumulator tile per filter row).
 MAX_DWROLL_FILTER_HEIGHT = 7
+#: Most output rows a forward / backward-data dwroll kernel holds (``group_m``; 1 = the rolling walk).
+MAX_DWROLL_HELD_ROWS = 8
 
 
 class ConfigError(ValueError):
@@ -167,9 +171,15 @@ class KernelConfig:
             if self.dtype not in self.family.dtypes:
                 raise ConfigError("dtype: gwalk kernels are bf16/fp16 (fp32 runs on the exact igemm dots)")
         if self.family is Family.DWROLL:
-            if self.vec != 8 or self.num_stages not in (1, 2) or self.group_m != 1:
-                raise ConfigError("vec/num_stages/group_m: dwroll kernels use vec=8 (16-byte channel runs), "
-                                  "num_stages=1 (or 2: loads one row ahead), group_m=1")
+            if self.vec != 8 or self.num_stages not in (1, 2):
+                raise ConfigError("vec/num_stages: dwroll kernels use vec=8 (16-byte channel runs), "
+                                  "num_stages=1 (or 2: loads one row ahead)")
+            if self.group_m != 1 and (self.group_m > MAX_DWROLL_HELD_ROWS or self.num_stages != 1
+                                      or self.direction is Direction.BACKWARD_WEIGHT):
+                raise ConfigError(f"group_m: a dwroll kernel rolls its rows (group_m=1) or, forward / backward-data "
+                                  f"with num_stages=1, holds group_m = 2..{MAX_DWROLL_HELD_ROWS} output rows, "
+                                  f"got group_m={self.group_m} (num_stages={self.num_stages}, "
+                                  f"{self.direction.value})")
             if not 1 <= self.block_k <= MAX_DWROLL_FILTER_HEIGHT:
                 raise ConfigError(f"block_k: a dwroll kernel's filter height must be 1..{MAX_DWROLL_FILTER_HEIGHT}, "
                                   f"got {self.block_k}")

@@ -12,6 +12,8 @@
 #             companions: wheels in .whl), the e2e benchmark eager + CUDA graphs (TESTS=0: no tests; E2E=0: no e2e).
 #   tests:    every kernel GPU test (TESTS_K: a pytest -k expression).
 #   probe:    bench/gpu/walk_probe.py (PROBE_DIRECTIONS, default bwd_weight) into $WORK/walk_probe.
+#   held:     bench/gpu/held_probe.py into $WORK/held_probe (its own registry, /tmp/held_registry), then Nsight
+#             Compute profiles of PROFILES ("kernel@problem-key ...", bench/gpu/profiles.sh) from that registry.
 #   dev:      the dev suite (../shared/bench/dev_suite.json), every default kernel and cuDNN (DEV_ARGS: e.g.
 #             --oracle-only), and its
 #             report.
@@ -82,6 +84,13 @@ case ${1:?synth, complete, torch, probe, tests or dev} in
   probe)
     timeout "$(left)" python3 bench/gpu/walk_probe.py --out "$WORK/walk_probe" --directions "${PROBE_DIRECTIONS:-bwd_weight}" \
       > "$WORK/logs/walk_probe.txt" 2>&1; echo "probe rc $?"; tail -2 "$WORK/logs/walk_probe.txt"
+    ;;
+  held)
+    timeout "$(left)" python3 bench/gpu/held_probe.py --out "$WORK/held_probe" > "$WORK/logs/held_probe.txt" 2>&1
+    echo "held rc $?"; tail -2 "$WORK/logs/held_probe.txt"
+    if [ -n "${PROFILES:-}" ] && [ "$(left)" -gt 90 ]; then
+      REPO=$PWD REGISTRY=/tmp/held_registry timeout $(( $(left) - 15 )) bash bench/gpu/profiles.sh
+    fi
     ;;
   tests)
     TILEDISPATCH_TEST_REGISTRY="$REG" timeout "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_gpu.py ${TESTS_K:+-k "$TESTS_K"} > "$WORK/logs/gpu_tests_kernels.txt" 2>&1

@@ -281,6 +281,72 @@ def _dwroll_data_2d_kernel(
 
 
 @triton.jit
+def _add_to_row(acc, r: tl.constexpr, value, HELD: tl.constexpr):
+    """acc with ``value`` added to held row ``r`` (tuples are immutable: rebuilt, the other rows as they are)."""
+    out = ()
+    for i in tl.static_range(HELD):
+        if i == r:
+            out = out + (acc[i] + value,)
+        else:
+            out = out + (acc[i],)
+    return out
+
+
+@triton.jit
+def _dwroll_held_kernel(
+    x_ptr, wt_ptr, y_ptr,
+    BATCH, CHANNELS, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W, F_D, F_W,
+    STR_D, STR_W, DIL_D, DIL_W, PAD_D, PAD_H, PAD_W, ROWS,
+    BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, F_H: tl.constexpr, HELD: tl.constexpr, INDEX64: tl.constexpr,
+):
+    """Forward / backward-data (over dY, flipped taps) holding ``HELD`` output rows (``ROWS`` = ``HELD``).
+
+    ``Y[n,o,k] = Σ_{t_d,t_h,t_w} X[n, i(o,t), k] · wt[t, k]`` as in :func:`_dwroll_data_kernel`, with the loop
+    order turned around: for each depth tap (outer, run time) the program reads that tap's ``F_H × F_W``
+    weights into registers once, then the ``HELD + F_H − 1`` input rows its ``HELD`` output rows need, each
+    at its ``F_W`` column shifts; input row ``r_in`` with filter row ``t_h`` feeds held row ``r_in − t_h``.
+    Every index is static, so the loads of one depth tap are independent of each other and of the FMAs
+    (one memory latency per depth tap, not one per row and tap as in the rolling walk), and the weights
+    cost no load inside the walk (filters up to 3 high; taller ones read each weight vector where it is used,
+    an L1 hit). The price: ``F_H − 1`` halo rows per ``HELD`` rows read again."""
+    C, n, cols, col_ok, base_w, oh0, rows_here, base_d, store_mask, y_tile, y_row0 = _strip_origin(
+        CHANNELS, OUT_D, OUT_H, OUT_W, STR_D, STR_W, PAD_D, PAD_W, HELD, BLOCK_W, BLOCK_N, INDEX64)
+    acc = _zeros_tuple(HELD, BLOCK_W, BLOCK_N)
+    for td in range(0, F_D):
+        i_d = base_d + td * DIL_D
+        ok_d = (i_d >= 0) & (i_d < IN_D)
+        w_row = td * F_H * F_W
+        weights = ()
+        if F_H <= 3:  # taller filters: F_H² weight vectors would crowd out the rows; read per use (L1)
+            for i in tl.static_range(F_H * F_H):  # i = t_h·F_H + t_w; columns t_w ≥ F_W hold zeros
+                tap_ok = (i % F_H) < F_W
+                # unmasked channels: the workspace has BLOCK_N slack
+                weights = weights + (tl.load(wt_ptr + (w_row + (i // F_H) * F_W + i % F_H) * C + cols,
+                                             mask=tap_ok & (cols >= 0), other=0.0),)
+        for r_in in tl.static_range(HELD + F_H - 1):
+            ih = oh0 - PAD_H + r_in
+            ok_row = ok_d & (ih >= 0) & (ih < IN_H)
+            x_row = ((n * IN_D + i_d) * IN_H + ih) * IN_W * C
+            for tw in tl.static_range(F_H):
+                if tw < F_W:
+                    i_w = base_w + tw * DIL_W
+                    ok = ok_row & (i_w.to(tl.uint32, bitcast=True) < IN_W.to(tl.uint32))
+                    xv = _f32(tl.load(x_ptr + x_row + ((i_w * C)[:, None] + cols[None, :]),
+                                      mask=ok[:, None] & col_ok[None, :], other=0.0))
+                    for th in tl.static_range(F_H):
+                        if r_in - th >= 0:  # noqa: SIM102  (two compile-time tests, folded by Triton)
+                            if r_in - th < HELD:
+                                if F_H <= 3:
+                                    wv = weights[th * F_H + tw]
+                                else:
+                                    wv = tl.load(wt_ptr + (w_row + th * F_W + tw) * C + cols)
+                                acc = _add_to_row(acc, r_in - th, xv * wv[None, :], HELD)
+    for r in tl.static_range(HELD):
+        tl.store(y_ptr + y_row0 + r * OUT_W * C + y_tile, acc[r].to(y_ptr.dtype.element_ty),
+                 mask=store_mask & (r < rows_here))
+
+
+@triton.jit
 def _pair_window(acc, xv, window, tw: tl.constexpr, F_H: tl.constexpr):
     """acc[t_h·F_H + tw] += xv · window[t_h] for every filter row t_h (xv: one column shift)."""
     out = ()
@@ -491,6 +557,11 @@ class DwrollData:
             return {"roll": Program(_dwroll_data_2d_kernel, constexprs, types, config.num_warps, 1,
                                     fixed_sizes(config, _dwroll_data_2d_kernel))}
         types = {"x_ptr": ptr, "wt_ptr": "*fp32", "y_ptr": ptr, **{name: ints for name in _DATA_PARAMS}}
+        if config.group_m > 1:
+            fixed = fixed_sizes(config, _dwroll_held_kernel)
+            return {"roll": Program(_dwroll_held_kernel, constexprs | {"HELD": config.group_m}, types,
+                                    config.num_warps, 1, fixed),
+                    "tap_major": tap_major_program(config, flip=flip)}
         kernel = _dwroll_data_prefetch_kernel if config.num_stages == 2 else _dwroll_data_kernel
         # 3x3 only: with the depth sizes constant, the 5x5 / 7x7 walks spill (ptxas, sm_90: 80-288 bytes).
         fixed = fixed_sizes(config, kernel) if config.block_k == 3 else {}

@@ -45,8 +45,10 @@ def data_geometry(problem: ConvProblem) -> dict[str, tuple[int, ...]]:
 
 
 def data_rows(problem: ConvProblem, config: KernelConfig, geo: dict[str, tuple[int, ...]] | None = None) -> int:
-    """ROWS of a forward / backward-data launch (see :func:`row_chunk`); ``geo``: the problem's
-    :func:`data_geometry`, when the caller has it."""
+    """ROWS of a forward / backward-data launch (see :func:`row_chunk`; held-rows configs: ``group_m``);
+    ``geo``: the problem's :func:`data_geometry`, when the caller has it."""
+    if config.group_m > 1:  # the held-rows kernel: one chunk of group_m rows per program
+        return config.group_m
     geo = data_geometry(problem) if geo is None else geo
     out_d, out_h, out_w = geo["out"]
     strips = cdiv(problem.in_channels, config.block_n) * cdiv(out_w, config.block_m) * problem.batch * out_d
@@ -75,4 +77,4 @@ def hoists_weights(config: KernelConfig) -> bool:
     of two 16-byte L1 loads per tap and row from a tap-major copy written by a first launch."""
     per_thread = config.block_m * config.block_n // (32 * config.num_warps)
     return (config.direction is not Direction.BACKWARD_WEIGHT and config.ndim == 2 and config.block_k == 3
-            and per_thread <= HOIST_MAX_ELEMENTS_PER_THREAD)
+            and config.group_m == 1 and per_thread <= HOIST_MAX_ELEMENTS_PER_THREAD)

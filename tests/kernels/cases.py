@@ -100,11 +100,13 @@ def problem(direction: Direction, dtype: DType, ndim: int, label: str) -> ConvPr
 
 def small_config(direction: Direction, dtype: DType, ndim: int, family: Family, *, num_warps: int = 4,
                  split_k: int = 1, merge: int = 2, vec: int = 1, index64: bool = False,
-                 taps_w: int = 1, stages: int = 1, wide: bool = False, rows: int = 2) -> KernelConfig:
+                 taps_w: int = 1, stages: int = 1, wide: bool = False, rows: int = 2,
+                 held: int = 1) -> KernelConfig:
     """Small tiles, so tiny problems still cover several tiles and the masked edges. ``taps_w``: the
     direct block_k (4/8: the depthwise tap-row programs) or the dwroll filter height; ``wide``: a dwroll
     tile of 16 elements per thread (2D 3x3: the walk with tap-major weights instead of held ones), a
-    gwalk tile of 64x64 channels (weights loaded per tap instead of held); ``rows``: gwalk's output rows."""
+    gwalk tile of 64x64 channels (weights loaded per tap instead of held); ``rows``: gwalk's output rows;
+    ``held``: the output rows a dwroll forward / backward-data program holds (group_m; 1 = the rolling walk)."""
     if family is Family.GWALK and direction is Direction.BACKWARD_WEIGHT:  # wide: 32x32 channels, 32 lanes
         side = 32 if wide else 16
         return KernelConfig(direction, dtype, ndim, family, side, side, side, num_warps, 1, rows, split_k, merge, 8,
@@ -115,7 +117,7 @@ def small_config(direction: Direction, dtype: DType, ndim: int, family: Family, 
                             merge, 8, index64)
     if family is Family.DWROLL:  # one warp: 4 elements per thread of an 8x16 tile (16 of 16x32)
         block_w, block_n = (16, 32) if wide else (8, 16)
-        return KernelConfig(direction, dtype, ndim, family, block_w, block_n, taps_w, 1, stages, 1, split_k, 1, 8,
+        return KernelConfig(direction, dtype, ndim, family, block_w, block_n, taps_w, 1, stages, held, split_k, 1, 8,
                             index64)
     if family is Family.DIRECT:
         return KernelConfig(direction, dtype, ndim, family, 16, 8, taps_w, num_warps, 1, 1, split_k, 1, vec, index64)
@@ -147,6 +149,8 @@ def cases(ndims=(2, 3)):
                         if ndim == 2 and height == 3 and direction is not Direction.BACKWARD_WEIGHT:
                             # 8x16 holds the weights (dwroll_tiling.hoists_weights); 16x32 does not
                             variants += [dict(v, wide=True) for v in variants]
+                        if direction is not Direction.BACKWARD_WEIGHT:  # held rows: 2, and 4 on the wide tile
+                            variants += [dict(taps_w=height, held=2), dict(taps_w=height, held=4, wide=True)]
                     if family in (Family.GEMM1X1, Family.TMA):
                         variants = [dict(vec=8)]
                     if family is Family.IGEMM and label == "grouped_odd":
