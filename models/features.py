@@ -171,13 +171,16 @@ def _pad3(values: Sequence[int], fill: int) -> tuple[int, int, int]:
 
 
 def dwroll_geometry(p: ConvProblem, block_m: np.ndarray, block_n: np.ndarray, block_k: np.ndarray,
-                    num_warps: np.ndarray, split_k: np.ndarray) -> dict[str, np.ndarray]:
+                    num_warps: np.ndarray, split_k: np.ndarray, group_m: np.ndarray | None = None
+                    ) -> dict[str, np.ndarray]:
     """The launch of dwroll configs (int64 columns of their fields) on ``p``, as
     ``native/kernels/dwroll.py`` plans it (:mod:`~tiledispatch.native.kernels.dwroll_tiling`, vectorised
     over the configs): ``grid`` (CTAs of the rolling launch), ``rows`` (ROWS), ``items_per_split``
     (backward-weight; 0 otherwise), ``items`` (backward-weight work items), and the feature values
     ``reduction``, ``steps``, ``split_used``, ``useful``, ``halo``, ``live_values`` (see
-    :data:`LAUNCH_FEATURES` and :data:`DWROLL_FEATURES`)."""
+    :data:`LAUNCH_FEATURES` and :data:`DWROLL_FEATURES`). ``group_m`` > 1: forward / backward-data programs
+    holding that many output rows (ROWS = ``group_m``; live: the held rows and one input tile)."""
+    group_m = np.ones_like(block_m) if group_m is None else group_m
     f_d, f_h, _ = _pad3(p.filter_size, 1)
     channels = p.in_channels
     per_thread = block_m * block_n // (32 * num_warps)
@@ -197,13 +200,14 @@ def dwroll_geometry(p: ConvProblem, block_m: np.ndarray, block_n: np.ndarray, bl
         extents = p.output_size if p.direction is Direction.FORWARD else p.input_size
         out_d, out_h, out_w = _pad3(extents, 1)
         strips = _cdiv(channels, block_n) * _cdiv(out_w, block_m) * p.batch * out_d
-        rows = dwroll_tiling.row_chunk(strips, out_h, f_h)
+        held = group_m > 1
+        rows = np.where(held, group_m, dwroll_tiling.row_chunk(strips, out_h, f_h))
         grid = strips * _cdiv(out_h, rows)
         items = per_split = np.zeros_like(block_m)
         reduction = np.full(len(block_m), p.filter_taps)  # C/G = 1: one output's dot runs over the taps
         steps = (rows + block_k - 1) * f_d
         split_used = np.ones(len(block_m))
-        live = (block_k + 1) * per_thread
+        live = (np.where(held, group_m, block_k) + 1) * per_thread
     return {"grid": grid, "rows": rows, "items": items, "items_per_split": per_split, "reduction": reduction,
             "steps": steps, "split_used": split_used, "useful": out_w / (_cdiv(out_w, block_m) * block_m),
             "halo": (block_k - 1) / rows, "live_values": live}
@@ -355,7 +359,7 @@ class FeatureEngine:
         if rows.size == 0:
             return rows, None
         return rows, dwroll_geometry(p, *(t[name][rows] for name in ("block_m", "block_n", "block_k", "num_warps",
-                                                                       "split_k")))
+                                                                       "split_k", "group_m")))
 
     def launch_matrix(self, p: ConvProblem, table: ConfigTable, breakdown: dict | None = None,
                       dwroll: tuple[np.ndarray, dict[str, np.ndarray] | None] | None = None) -> np.ndarray:

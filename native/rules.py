@@ -51,6 +51,8 @@ _DWROLL_BLOCK_W = (8, 16, 32, 64, 128)
 _DWROLL_BLOCK_N = (16, 32, 64, 128)
 #: dwroll backward-weight also splits 128 ways (small layers: a 3x3 c960 7x7 dW has 8,640 elements).
 DWROLL_MAX_SPLIT_K = 128
+#: Output rows a forward / backward-data dwroll program may hold (group_m; 1, the rolling walk, besides).
+_DWROLL_HELD_ROWS = (2, 4, 8)
 #: Filter heights dwroll kernels are generated for (the depthwise filters networks use).
 _DWROLL_FILTER_HEIGHTS = (3, 5, 7)
 #: fp32 values a dwroll thread keeps live (accumulators, the backward-weight dY window and the
@@ -131,6 +133,9 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
                        (1, *_SPLIT_K[3:], DWROLL_MAX_SPLIT_K) if bwd_weight else (1,), (False, True))
             for bw, bn, fh, warps, stages, sk, i64 in itertools.product(*domains):
                 yield KernelConfig(direction, dtype, ndim, family, bw, bn, fh, warps, stages, 1, sk, 1, 8, i64)
+                if stages == 1 and not bwd_weight:  # the programs holding 2..8 output rows
+                    for held in _DWROLL_HELD_ROWS:
+                        yield KernelConfig(direction, dtype, ndim, family, bw, bn, fh, warps, 1, held, 1, 1, 8, i64)
             continue
         if family is Family.DIRECT:
             domains = (_DIRECT_BLOCK_M, _DIRECT_BLOCK_N, _DIRECT_TAPS_W, _DIRECT_WARPS,
@@ -170,8 +175,8 @@ def dwroll_live_values(config: KernelConfig) -> float:
     height = config.block_k
     if config.direction is Direction.BACKWARD_WEIGHT:
         tiles, prefetched = height * height + height + 1, height + 1
-    else:
-        tiles, prefetched = height + 1, height
+    else:  # the rolling walk's F_H accumulators, or the held rows, and the input tile
+        tiles, prefetched = (config.group_m if config.group_m > 1 else height) + 1, height
     if config.num_stages == 2:
         tiles += prefetched / 2
     return tiles * _dwroll_per_thread(config)
@@ -232,6 +237,12 @@ DWROLL_PREFETCH_DATA_TILES = {3: ((32, 32, 4), (32, 64, 4), (64, 32, 4), (64, 16
                               5: ((8, 64, 2), (16, 64, 4), (32, 32, 4)),
                               7: ((8, 64, 2), (16, 64, 4), (32, 32, 4), (32, 64, 8))}
 
+#: Forward / backward-data dwroll programs holding their output rows (block_w, block_n, warps, rows held) in
+#: ``default``, 2D 7x7 only. H200 probe (bench/gpu/held_probe.py, bench/results/2026-11-26_h200_s14/): the best
+#: kernel of 7x7 backward-data (n32 c96 56x56: 107.2 -> 86.8 us, 64x32 holding 4; n32 c384 14x14: 44.2 -> 40.8,
+#: 16x32 holding 4), a tie with the best forward kernel (c96: 87.4 vs direct's 86.3); at 3x3 (2D and 3D) slower
+#: than the rolling walk on every layer measured (3D n8 c192: 136.5 vs 125.0 us), so not kept there.
+DWROLL_HELD_DATA_TILES = {7: ((64, 32, 4, 4), (16, 32, 4, 4))}
 
 #: Split-K forward / backward-data tiles in ``default`` (block_m, block_n, block_k; 4 warps, 3 stages, v8,
 #: bf16/fp16, igemm in 2D and 3D, gemm1x1 in 2D) and their splits: for problems whose GEMM M is small
@@ -280,6 +291,8 @@ def _default_rule(config: KernelConfig) -> bool:
             # 112x112 38.8 us with 64x16 on 8 warps at 128 splits against 114.8 for default's best, cuDNN 53.0).
             return (c.block_k == 3 and c.num_stages == 2 and tile in DWROLL_WEIGHT_TILES[3] + DWROLL_LEAN_WEIGHT_TILES
                     and c.split_k in (16, 32, 64, 128))
+        if c.group_m > 1:
+            return c.ndim == 2 and (*tile, c.group_m) in DWROLL_HELD_DATA_TILES.get(c.block_k, ())
         if c.num_stages == 2:
             return tile in DWROLL_PREFETCH_DATA_TILES[c.block_k]
         return tile in DWROLL_DATA_TILES[c.block_k]

@@ -29,13 +29,15 @@ def hard_rule_violation(config: KernelConfig, arch: str) -> str | None:
     their per-thread element budget."""
     spec = get_arch(arch)
     if config.family is Family.DWROLL:
-        # Live fp32 tiles per thread: F_H accumulators + the input (data directions), F_H² accumulators
-        # + the F_H-row dY window + the input (backward-weight); at least 2 elements per thread.
+        # Live fp32 tiles per thread: F_H accumulators (or group_m held rows) + the input (data directions),
+        # F_H² accumulators + the F_H-row dY window + the input (backward-weight); at least 2 elements per thread.
         # (+ the next row's raw 16-bit tiles, half a register per element, when loads run ahead).
         per_thread = config.block_m * config.block_n // (32 * config.num_warps)
         height = config.block_k
         weight = config.direction is Direction.BACKWARD_WEIGHT
         tiles = height * height + height + 1 if weight else height + 1
+        if config.group_m > 1:  # held rows instead of the F_H rolling accumulators
+            tiles = config.group_m + 1
         if config.num_stages == 2:
             tiles += (height + 1 if weight else height) / 2
         limit = MAX_DWROLL_WEIGHT_VALUES if weight else MAX_DWROLL_DATA_VALUES

@@ -221,6 +221,9 @@ GWALK_GPU_TILES = (((64, 32, 32, 4), 4, 4), ((128, 32, 32, 8), 2, 1), ((64, 16, 
 #: default's 1-row walks (any stride and dilation).
 GWALK_WEIGHT_GPU_TILES = (((16, 16, 64, 4), 4, 2, 1), ((32, 32, 64, 4), 4, 1, 16), ((32, 32, 128, 8), 4, 2, 64),
                           ((16, 16, 64, 4), 1, 2, 32), ((32, 32, 64, 4), 1, 1, 8))
+#: Forward / backward-data dwroll tiles holding their output rows ((block_w, block_n, warps), rows held, filter
+#: height): default's two 7x7 tiles, and a 3x3 pair at 2 and 8 rows (3D runs them too).
+DWROLL_GPU_HELD = (((64, 32, 4), 4, 7), ((16, 32, 4), 4, 7), ((32, 16, 4), 2, 3), ((32, 32, 8), 8, 3))
 #: Backward-weight dwroll kernels beyond DWROLL_GPU_TILES: default's lean 3x3 tile at its largest split.
 DWROLL_GPU_EXTRA_WEIGHT = ((64, 16, 3, 8, 2, 128),)
 
@@ -242,6 +245,9 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
                 out += [KernelConfig(direction, dtype, ndim, family, block_w, block_n, height, num_warps, stages, 1,
                                      split_k, 1, 8)
                         for block_w, block_n, height, num_warps, stages, split_k in DWROLL_GPU_EXTRA_WEIGHT]
+            else:
+                out += [KernelConfig(direction, dtype, ndim, family, block_w, block_n, height, num_warps, 1, held, 1, 1,
+                                     8) for (block_w, block_n, num_warps), held, height in DWROLL_GPU_HELD]
             continue
         if family is Family.GWALK:  # 2D bf16/fp16: held (32x32) and loaded (64x64) weights, 4 and 8 warps
             if ndim == 2 and dtype is not DType.FP32 and direction is Direction.BACKWARD_WEIGHT:

@@ -310,7 +310,7 @@ def test_dwroll_launch_features_are_the_dwroll_launchers():
                 assert row[col["x_launch_split_used"]] == 1
                 assert row[col["x_launch_log_reduction_per_cta"]] == pytest.approx(math.log(problem.filter_taps))
                 assert row[col["x_launch_log_steps_per_cta"]] == pytest.approx(math.log((rows + f_h - 1) * f_d))
-                live = (f_h + 1) * per_thread
+                live = ((config.group_m if config.group_m > 1 else f_h) + 1) * per_thread  # held rows or F_H
             assert row[col["x_launch_dwroll_halo"]] == (f_h - 1) / rows
             assert row[col["k_dwroll_live_values"]] == live
             assert row[col["k_dwroll"]] == 1 and row[[col[f"k_{f}"] for f in ("igemm", "gmerge", "gemm1x1",
