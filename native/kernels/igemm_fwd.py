@@ -23,6 +23,10 @@ Y's layout); a split whose range is empty (more splits than steps) stores zeros.
 (deterministic, no atomics) and casts to Y's dtype. With split_k = 1 the main program stores Y directly.
 For small GEMM M (batch-1 inference: M = prod(out)) this multiplies the CTAs by ``SPLIT_K`` and divides
 each one's sequential steps by it.
+The loop carries its (depth tap, row tap, column tap, channel block) as an odometer, and every tap's A rows
+are the tap-(0, 0, 0) rows shifted by one scalar (NDHWC is row-major), so a step spends no scalar division and
+per row only the bounds test (one unsigned compare per dimension): 198 instead of 281 instructions per step
+in the SASS of the 128×128×64 8-warp tile (sm_90), whose integer work had been the busiest pipe.
 2D problems run as 3D with depth 1.
 Grid: axis 0 = (m, n) tiles (GROUP_M-swizzled), axis 1 = group block, axis 2 = split.
 """
@@ -76,6 +80,16 @@ def aligned_channels(GROUPS, CG, KG, MERGE: tl.constexpr, VEC: tl.constexpr):
         GC = (GC // 8) * 8
         GK = (GK // 8) * 8
     return C_TOTAL, K_TOTAL, CG, KG, GC, GK
+
+
+@triton.jit
+def _in_range(index, size, INDEX64: tl.constexpr):
+    """0 ≤ index < size; with 32-bit indices one unsigned compare (a negative index wraps past any size)."""
+    if INDEX64:
+        ok = (index >= 0) & (index < size)
+    else:
+        ok = index.to(tl.uint32, bitcast=True) < tl.cast(size, tl.uint32)
+    return ok
 
 
 @triton.jit
@@ -138,23 +152,26 @@ def _igemm_fwd_kernel(
     else:
         it_begin = 0
         it_end = taps * k_blocks
-    for it in tl.range(it_begin, it_end):
-        tap = it // k_blocks
-        r = (it % k_blocks) * BLOCK_K + red
+    # Loop-carried (td, th, tw, channel block) odometer from the first step: no scalar division per step.
+    kb = it_begin % k_blocks
+    tap = it_begin // k_blocks
+    tw = tap % F_W
+    th = (tap // F_W) % F_H
+    td = tap // (F_W * F_H)
+    if not IS_1X1:
+        # Every tap's input row is the tap-(0, 0, 0) row shifted by one scalar (row-major NDHWC).
+        x_row0 = (((nb * IN_D + base_d) * IN_H + base_h) * IN_W + base_w) * C_TOTAL
+    for _ in tl.range(it_begin, it_end):
+        r = kb * BLOCK_K + red
         r_ok = (r < GC) & (c0 + r < C_TOTAL)
         if IS_1X1:
             a_ptrs = x_ptr + (x_row[:, None] + (c0 + r)[None, :])
             a_mask = row_ok[:, None] & r_ok[None, :]
         else:
-            tw = tap % F_W
-            th = (tap // F_W) % F_H
-            td = tap // (F_W * F_H)
-            i_d = base_d + td * DIL_D
-            i_h = base_h + th * DIL_H
-            i_w = base_w + tw * DIL_W
-            in_ok = row_ok & (i_d >= 0) & (i_d < IN_D) & (i_h >= 0) & (i_h < IN_H) & (i_w >= 0) & (i_w < IN_W)
-            x_row = (((nb * IN_D + i_d) * IN_H + i_h) * IN_W + i_w) * C_TOTAL
-            a_ptrs = x_ptr + (x_row[:, None] + (c0 + r)[None, :])
+            in_ok = (row_ok & _in_range(base_d + td * DIL_D, IN_D, INDEX64)
+                     & _in_range(base_h + th * DIL_H, IN_H, INDEX64) & _in_range(base_w + tw * DIL_W, IN_W, INDEX64))
+            x_shift = ((td * DIL_D * IN_H + th * DIL_H) * IN_W + tw * DIL_W) * C_TOTAL
+            a_ptrs = x_ptr + (x_row0[:, None] + (x_shift + c0 + r)[None, :])
             a_mask = in_ok[:, None] & r_ok[None, :]
         a = tl.load(a_ptrs, mask=a_mask, other=0.0)
         if MERGE == 1:
@@ -169,6 +186,18 @@ def _igemm_fwd_kernel(
             b_mask = r_ok[:, None] & col_ok[None, :] & (red_group[:, None] == col_group[None, :])
         b = tl.load(b_ptrs, mask=b_mask, other=0.0)
         acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+        # Advance (td, th, tw, kb) like an odometer.
+        kb += 1
+        wrap = kb == k_blocks
+        kb = tl.where(wrap, 0, kb)
+        tap += wrap.to(tap.dtype)
+        tw += wrap.to(tw.dtype)
+        wrap = tw == F_W
+        tw = tl.where(wrap, 0, tw)
+        th += wrap.to(th.dtype)
+        wrap = th == F_H
+        th = tl.where(wrap, 0, th)
+        td += wrap.to(td.dtype)
 
     if SPLIT_K > 1:  # this split's row of the fp32 workspace [SPLIT_K, Y elements]
         y_ptr += split.to(tl.int64) * M * K_TOTAL
