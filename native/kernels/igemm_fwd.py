@@ -83,7 +83,7 @@ def aligned_channels(GROUPS, CG, KG, MERGE: tl.constexpr, VEC: tl.constexpr):
 
 
 @triton.jit
-def _in_range(index, size, INDEX64: tl.constexpr):
+def in_range(index, size, INDEX64: tl.constexpr):
     """0 ≤ index < size; with 32-bit indices one unsigned compare (a negative index wraps past any size)."""
     if INDEX64:
         ok = (index >= 0) & (index < size)
@@ -168,8 +168,8 @@ def _igemm_fwd_kernel(
             a_ptrs = x_ptr + (x_row[:, None] + (c0 + r)[None, :])
             a_mask = row_ok[:, None] & r_ok[None, :]
         else:
-            in_ok = (row_ok & _in_range(base_d + td * DIL_D, IN_D, INDEX64)
-                     & _in_range(base_h + th * DIL_H, IN_H, INDEX64) & _in_range(base_w + tw * DIL_W, IN_W, INDEX64))
+            in_ok = (row_ok & in_range(base_d + td * DIL_D, IN_D, INDEX64)
+                     & in_range(base_h + th * DIL_H, IN_H, INDEX64) & in_range(base_w + tw * DIL_W, IN_W, INDEX64))
             x_shift = ((td * DIL_D * IN_H + th * DIL_H) * IN_W + tw * DIL_W) * C_TOTAL
             a_ptrs = x_ptr + (x_row0[:, None] + (x_shift + c0 + r)[None, :])
             a_mask = in_ok[:, None] & r_ok[None, :]
