@@ -260,6 +260,9 @@ def test_resource_estimates():
     (dict(vec=1), "vec=8"),
     (dict(num_stages=3), "num_stages=1"),
     (dict(block_m=24), "block_m: must be a power of two"),
+    (dict(group_m=16), "holds group_m = 2..8 output rows"),
+    (dict(group_m=4, num_stages=2), "with num_stages=1"),
+    (dict(group_m=2, direction=Direction.BACKWARD_WEIGHT), "forward / backward-data"),
 ])
 def test_dwroll_config_rules(fields, message):
     base = dict(direction=Direction.FORWARD, dtype=DType.BF16, ndim=2, family=Family.DWROLL, block_m=16,
@@ -267,3 +270,5 @@ def test_dwroll_config_rules(fields, message):
     assert KernelConfig(**base).name == "gconv_fwd_bf16_2d_dwroll_16x64x5_w4_s1_gm1_sk1_mg1_v8_i32"
     with pytest.raises(ConfigError, match=message):
         KernelConfig(**{**base, **fields})
+    held = KernelConfig(**{**base, "group_m": 8})  # the most rows a program holds
+    assert held.name == "gconv_fwd_bf16_2d_dwroll_16x64x5_w4_s1_gm8_sk1_mg1_v8_i32"

@@ -44,3 +44,20 @@ def test_holding_kernels_launch_once_on_w_and_need_no_workspace(direction):
     assert set(template.programs(walked)) == {"roll", "tap_major"}
     walked_launches = template.plan(problem, walked, "first", "weight", "out", "ws")
     assert [ln.program for ln in walked_launches] == ["tap_major", "roll"]
+
+
+@pytest.mark.parametrize("direction", [Direction.FORWARD, Direction.BACKWARD_DATA])
+@pytest.mark.parametrize("held", [2, 4, 8])
+def test_held_row_programs_own_group_m_rows_and_read_the_tap_major_weights(direction, held):
+    """group_m > 1: one chunk of group_m output rows per program (the grid counts them), tap-major weights."""
+    from tiledispatch.native.kernels.dwroll_tiling import data_rows
+
+    problem = ConvProblem(direction=direction, dtype=DType.BF16, batch=2, groups=16, in_channels=16,
+                          out_channels=16, input_size=(13, 7), filter_size=(3, 3), stride=(1, 1), dilation=(1, 1),
+                          pad_begin=(1, 1), pad_end=(1, 1))
+    config = KernelConfig(direction, DType.BF16, 2, Family.DWROLL, 16, 64, 3, 4, 1, held, 1, 1, 8)
+    assert not hoists_weights(config) and data_rows(problem, config) == held
+    template = launch.template_for(config)
+    assert set(template.programs(config)) == {"roll", "tap_major"}
+    roll = template.plan(problem, config, "first", "weight", "out", "ws")[-1]
+    assert roll.args[-1] == held and roll.grid[0] == 2 * -(-13 // held)  # batch x row chunks (1 strip, 1 block)
