@@ -14,27 +14,17 @@ registry's own build (``rule_set="probe"``) into ``/tmp/held_registry``.
 from __future__ import annotations
 
 import argparse
-import csv
 import itertools
 import json
-import math
 import sys
 import time
 from pathlib import Path
 
 import torch
+from probe_rows import ProbeRows
 
 from tiledispatch.native import launch
-from tiledispatch.native.accuracy import RELATIVE_ERROR_LIMIT
-from tiledispatch.native.bench import (
-    BenchSettings,
-    _cudnn_call,
-    _grouped_result,
-    _time_callable,
-    environment_manifest,
-    measure_ceilings,
-    new_setup,
-)
+from tiledispatch.native.bench import BenchSettings, _cudnn_call, environment_manifest, measure_ceilings, new_setup
 from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.problem import ConvProblem, Direction, DType
 from tiledispatch.native.registry import Registry, build
@@ -91,31 +81,10 @@ def run(out: Path, workers: int) -> int:
     settings = BenchSettings(cache_dir=str(cache), event_timing=False)
     ceilings = measure_ceilings()
     (out / "held.json").write_text(json.dumps(environment_manifest(settings, ceilings), indent=2, default=str))
-    rows: list[dict] = []
+    probe = ProbeRows(out / "held.csv", settings, ceilings)
 
     def record(problem: ConvProblem, setup, variant: str, call, cudnn: bool = False) -> None:
-        row = {"problem": problem.key, "variant": variant, "held": "_gm1_" not in variant and not cudnn,
-               "status": "ok", "error": math.nan, "us": math.nan, "bound_us": ceilings.bound_us(problem), "message": ""}
-        try:
-            setup.out[0].fill_(float("nan"))
-            result = call(0)
-            torch.cuda.synchronize()
-            row["error"] = setup.relative_error(_grouped_result(problem, result) if cudnn else setup.out[0])
-            if not row["error"] <= RELATIVE_ERROR_LIMIT[problem.dtype]:
-                row["status"] = "wrong"
-            else:
-                row["us"] = _time_callable(call, setup.sets, settings, 50.0)[2]
-        except Exception as exc:  # recorded; the probe goes on
-            row["status"], row["message"] = "error", f"{type(exc).__name__}: {str(exc)[:300]}"
-        rows.append(row)
-        print(f"  {variant:66s} {row['status']:6s} {row['us']:9.2f} us  err {row['error']:.2e} "
-              f"{row['message'][:100]}", flush=True)
-        tmp = out / "held.tmp"
-        with tmp.open("w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-        tmp.replace(out / "held.csv")
+        probe.record(problem, setup, variant, call, cudnn=cudnn, held="_gm1_" not in variant and not cudnn)
 
     loader = registry.loader()
     for problem in problems:

@@ -1,0 +1,51 @@
+"""One probe measurement per row, shared by the kernel probes (``walk_probe.py``, ``held_probe.py``): the
+variant's output poisoned with NaN, checked against the float64 reference (DESIGN §4 limits), timed as the tile
+engine times (``native.bench._time_callable``: rotated input sets, CUDA-graph replay, median of 5), and the
+rows so far rewritten atomically (temp file + ``os.replace``) after each one, so a stopped probe keeps them.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import torch
+
+from tiledispatch.native.accuracy import RELATIVE_ERROR_LIMIT
+from tiledispatch.native.bench import BenchSettings, Ceilings, _grouped_result, _time_callable
+from tiledispatch.native.problem import ConvProblem
+
+
+class ProbeRows:
+    """Rows ``problem, variant, <columns>, status, error, us, bound_us, message`` written to ``path``."""
+
+    def __init__(self, path: Path, settings: BenchSettings, ceilings: Ceilings):
+        self.path, self.settings, self.ceilings = path, settings, ceilings
+        self.rows: list[dict] = []
+
+    def record(self, problem: ConvProblem, setup, variant: str, call, *, cudnn: bool = False, **columns) -> dict:
+        """Check and time ``call(i)`` (set ``i`` of ``setup``); ``cudnn``: its result is PyTorch's tensor."""
+        row = {"problem": problem.key, "variant": variant, **columns, "status": "ok", "error": math.nan,
+               "us": math.nan, "bound_us": self.ceilings.bound_us(problem), "message": ""}
+        try:
+            setup.out[0].fill_(float("nan"))
+            result = call(0)
+            torch.cuda.synchronize()
+            row["error"] = setup.relative_error(_grouped_result(problem, result) if cudnn else setup.out[0])
+            if not row["error"] <= RELATIVE_ERROR_LIMIT[problem.dtype]:
+                row["status"] = "wrong"
+            else:
+                row["us"] = _time_callable(call, setup.sets, self.settings, 50.0)[2]
+        except Exception as exc:  # recorded; the probe goes on
+            row["status"], row["message"] = "error", f"{type(exc).__name__}: {str(exc)[:300]}"
+        self.rows.append(row)
+        print(f"  {variant:66s} {row['status']:6s} {row['us']:9.2f} us  err {row['error']:.2e} "
+              f"{row['message'][:100]}", flush=True)
+        tmp = self.path.with_suffix(".tmp")
+        with tmp.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(self.rows[0]))
+            writer.writeheader()
+            writer.writerows(self.rows)
+        tmp.replace(self.path)
+        return row
