@@ -171,8 +171,7 @@ def _pad3(values: Sequence[int], fill: int) -> tuple[int, int, int]:
 
 
 def dwroll_geometry(p: ConvProblem, block_m: np.ndarray, block_n: np.ndarray, block_k: np.ndarray,
-                    num_warps: np.ndarray, split_k: np.ndarray, group_m: np.ndarray | None = None
-                    ) -> dict[str, np.ndarray]:
+                    num_warps: np.ndarray, split_k: np.ndarray, group_m: np.ndarray) -> dict[str, np.ndarray]:
     """The launch of dwroll configs (int64 columns of their fields) on ``p``, as
     ``native/kernels/dwroll.py`` plans it (:mod:`~tiledispatch.native.kernels.dwroll_tiling`, vectorised
     over the configs): ``grid`` (CTAs of the rolling launch), ``rows`` (ROWS), ``items_per_split``
@@ -180,7 +179,6 @@ def dwroll_geometry(p: ConvProblem, block_m: np.ndarray, block_n: np.ndarray, bl
     ``reduction``, ``steps``, ``split_used``, ``useful``, ``halo``, ``live_values`` (see
     :data:`LAUNCH_FEATURES` and :data:`DWROLL_FEATURES`). ``group_m`` > 1: forward / backward-data programs
     holding that many output rows (ROWS = ``group_m``; live: the held rows and one input tile)."""
-    group_m = np.ones_like(block_m) if group_m is None else group_m
     f_d, f_h, _ = _pad3(p.filter_size, 1)
     channels = p.in_channels
     per_thread = block_m * block_n // (32 * num_warps)
