@@ -14,6 +14,9 @@
 #   probe:    bench/gpu/walk_probe.py (PROBE_DIRECTIONS, default bwd_weight) into $WORK/walk_probe.
 #   held:     bench/gpu/held_probe.py into $WORK/held_probe (its own registry, /tmp/held_registry), then Nsight
 #             Compute profiles of PROFILES ("kernel@problem-key ...", bench/gpu/profiles.sh) from that registry.
+#   variants: for each value v of $VARIANTS, export $VARIANT_ENV=v (a source switch a probe commit carries), build
+#             the default registry again (only the switched kernels compile) and bench the dev suite with
+#             $VARIANT_ARGS (e.g. --direction bwd_weight --families igemm,gmerge,gemm1x1) into $WORK/variant_v.
 #   dev:      the dev suite (../shared/bench/dev_suite.json), every default kernel and cuDNN (DEV_ARGS: e.g.
 #             --oracle-only), and its
 #             report.
@@ -44,7 +47,7 @@ synth() {
   grep -A9 "^## Targets" "$WORK/report_synthetic/report.md"
   cp -r "$SYN" "$WORK/synthetic"
 }
-case ${1:?synth, complete, torch, probe, tests or dev} in
+case ${1:?synth, complete, torch, probe, held, tests, variants or dev} in
   synth) synth ;;
   complete)
     M=models/data/measured
@@ -80,6 +83,16 @@ case ${1:?synth, complete, torch, probe, tests or dev} in
       --out "$WORK/dev_suite" > "$WORK/logs/bench_dev.txt" 2>&1; echo "dev rc $?"; tail -2 "$WORK/logs/bench_dev.txt"
     python3 bench/report.py "$WORK/dev_suite" --out "$WORK/report_dev_suite" --title "Dev suite: tiledispatch vs cuDNN (bf16)" 2>&1 | tail -2
     sed -n '/## Targets/,/## Per class/p' "$WORK/report_dev_suite/report.md"
+    ;;
+  variants)
+    for v in ${VARIANTS:?}; do
+      export "${VARIANT_ENV:?}=$v"
+      ( time td registry build --rule-set default --arch sm_90 --workers "$(nproc)" --cache-dir "$REG" --allow-failures ) > "$WORK/logs/build_$v.txt" 2>&1
+      grep -v "^\s*\[" "$WORK/logs/build_$v.txt" | tail -3
+      # shellcheck disable=SC2086
+      timeout "$(left)" td bench --problems "$TILEDISPATCH_SHARED_DIR/bench/dev_suite.json" ${VARIANT_ARGS:-} --cache-dir "$REG" \
+        --out "$WORK/variant_$v" > "$WORK/logs/bench_$v.txt" 2>&1; echo "$v rc $?"; tail -1 "$WORK/logs/bench_$v.txt"
+    done
     ;;
   probe)
     timeout "$(left)" python3 bench/gpu/walk_probe.py --out "$WORK/walk_probe" --directions "${PROBE_DIRECTIONS:-bwd_weight}" \
