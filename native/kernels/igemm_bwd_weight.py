@@ -16,10 +16,15 @@ also forms cross-group terms (``m // (K/G) != j // (C/G)``); only the block-diag
 stored, so merged groups never mix. Because NHWGC/NHWGK keep the channels of consecutive groups
 adjacent, the merged channel runs are contiguous.
 
-The reduction loop does no division: a block's positions ``p0 + lane`` are formed in mixed radix
-``(n, od, oh, ow)`` by adding the lanes' digits (loop-invariant vectors, computed once) to the
-block start's digits (loop-carried scalars, advanced by the digits of BLOCK_K), with one
-conditional carry per digit.
+The reduction loop does no division and no address product: each lane of a block carries its
+position as tap-shifted input coordinates ``(i_w, i_h, i_d)`` and its X offset, moved on each step by
+the digits of BLOCK_K in mixed radix ``(n, od, oh, ow)`` with one conditional carry per digit; dY's
+tile is a loop-invariant offset from a base moved by BLOCK_K rows; full blocks load without a
+position mask and the partial last block of all is one masked step after the loop. In the SASS of the
+128×64×64 4-warp tile (sm_90) a step is 168 instructions instead of 361 (the per-lane values are
+computed once per lane and passed to the load layout through shared memory, which measured faster on
+an H200 than computing them in that layout at 241 instructions: session 15,
+``bench/results/2026-11-26_h200_s15/``).
 
 split_k > 1: the reduction is split into ``split_k`` contiguous ranges of BLOCK_K blocks (grid axis
 2); each program writes fp32 partials to a workspace ``[split_k, weight elements]`` (GKYXC order),
@@ -38,7 +43,6 @@ Grid: axis 0 = (m, tap × n) tiles (GROUP_M-swizzled), axis 1 = group block, axi
 from __future__ import annotations
 
 import math
-import os
 
 import triton
 import triton.language as tl
@@ -132,10 +136,9 @@ def _igemm_bwd_weight_kernel(
     n_full = P // BLOCK_K
     full_end = tl.minimum(kb_end, n_full)
     lane = tl.arange(0, BLOCK_K)
-    if INDEX64:
-        lane = lane.to(tl.int64)
     p_begin = kb_begin * BLOCK_K
     if INDEX64:
+        lane = lane.to(tl.int64)
         p_begin = p_begin.to(tl.int64)
     # A = dY^T: loop-invariant offsets from a base that moves BLOCK_K rows of dY a step.
     a_off = (k0 + ks)[:, None] + (lane * K_TOTAL)[None, :]
@@ -152,169 +155,10 @@ def _igemm_bwd_weight_kernel(
         tw = tap % F_W
         th = (tap // F_W) % F_H
         td = tap // (F_W * F_H)
-        # Positions in mixed radix (n, od, oh, ow), kept as tap-shifted input coordinates and an X offset:
-        # the block start's are loop-carried scalars moved on by the digits of BLOCK_K each step, every
-        # lane's are the start's plus the lane's loop-invariant digits, both through ``_next_block``'s one
-        # carry per digit: no division and no address product per step.
-        ow = p_begin % OUT_W
-        t = p_begin // OUT_W
-        oh = t % OUT_H
-        t = t // OUT_H
-        od = t % OUT_D
-        nb = t // OUT_D
-        w0 = ow * STR_W + (tw * DIL_W - PAD_W)
-        h0 = oh * STR_H + (th * DIL_H - PAD_H)
-        d0 = od * STR_D + (td * DIL_D - PAD_D)
-        x0 = (((nb * IN_D + d0) * IN_H + h0) * IN_W + w0) * C_TOTAL
-        plane = IN_H * IN_W * C_TOTAL
-        row = IN_W * C_TOTAL
-        lw = lane % OUT_W
-        t = lane // OUT_W
-        lh = t % OUT_H
-        t = t // OUT_H
-        ld = t % OUT_D
-        ln = t // OUT_D
-        lane_move = (lw * STR_W, lh * STR_H, ld * STR_D,
-                     ((ln * IN_D + ld * STR_D) * IN_H + lh * STR_H) * row + lw * STR_W * C_TOTAL)
-        step_w = BLOCK_K % OUT_W
-        s = BLOCK_K // OUT_W
-        step_h = s % OUT_H
-        s = s // OUT_H
-        step_d = s % OUT_D
-        step_n = s // OUT_D
-        block_move = (step_w * STR_W, step_h * STR_H, step_d * STR_D,
-                      ((step_n * IN_D + step_d * STR_D) * IN_H + step_h * STR_H) * row + step_w * STR_W * C_TOTAL)
-        # A wrapped digit loses its radix (OUT·STR input units) and carries one stride into the digit above.
-        wrap_w = (OUT_W * STR_W + (tw * DIL_W - PAD_W), OUT_W * STR_W, STR_H, STR_H * row - OUT_W * STR_W * C_TOTAL)
-        wrap_h = (OUT_H * STR_H + (th * DIL_H - PAD_H), OUT_H * STR_H, STR_D, STR_D * plane - OUT_H * STR_H * row)
-        wrap_d = (OUT_D * STR_D + (td * DIL_D - PAD_D), OUT_D * STR_D, (IN_D - OUT_D * STR_D) * plane)
-
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    # Tensor-core accumulation is not round-to-nearest, so its error grows with the number of
-    # blocks summed in one accumulator (measured on an H200, bf16, 23M positions in one split:
-    # relative error 0.026). Each chunk of PROMOTE_BLOCKS blocks is summed in ``part`` and then
-    # added to ``acc`` with ordinary fp32 adds, which round to nearest.
-    # Exact fp32 dots (DOT_PRECISION "ieee") are FMAs that do round to nearest: one chunk, one tile
-    # (a second accumulator would cost the registers that make those kernels spill).
-    promote: tl.constexpr = DOT_PRECISION != "ieee"
-    chunk_blocks = PROMOTE_BLOCKS if promote else tl.maximum(full_end - kb_begin, 1)
-    for chunk in tl.range(kb_begin, full_end, chunk_blocks, num_stages=1):
-        if promote:
-            part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        else:
-            part = acc
-        for _ in tl.range(chunk, tl.minimum(chunk + chunk_blocks, full_end)):
-            a = tl.load(dy_base + a_off, mask=a_mask, other=0.0)
-            if IS_1X1:
-                b = tl.load(x_base + x_off, mask=c_ok[None, :], other=0.0)
-                x_base += x_step
-            else:
-                i_w, i_h, i_d, x_lane = _next_block(w0, h0, d0, x0, lane_move, wrap_w, wrap_h, wrap_d)
-                x_ok = in_range(i_w, IN_W, INDEX64) & in_range(i_h, IN_H, INDEX64) & in_range(i_d, IN_D, INDEX64)
-                b = tl.load(x_ptr + (x_lane[:, None] + x_col[None, :]), mask=x_ok[:, None] & c_ok[None, :], other=0.0)
-                w0, h0, d0, x0 = _next_block(w0, h0, d0, x0, block_move, wrap_w, wrap_h, wrap_d)
-            part = tl.dot(a, b, part, input_precision=DOT_PRECISION)
-            dy_base += a_step
-        if promote:
-            acc += part
-        else:
-            acc = part
-    if (kb_begin <= n_full) & (n_full < kb_end):  # the partial last block: mask the positions past P
-        p_ok = lane < P - full_end * BLOCK_K
-        a = tl.load(dy_base + a_off, mask=a_mask & p_ok[None, :], other=0.0)
-        if IS_1X1:
-            b = tl.load(x_base + x_off, mask=p_ok[:, None] & c_ok[None, :], other=0.0)
-        else:
-            i_w, i_h, i_d, x_lane = _next_block(w0, h0, d0, x0, lane_move, wrap_w, wrap_h, wrap_d)
-            x_ok = (p_ok & in_range(i_w, IN_W, INDEX64) & in_range(i_h, IN_H, INDEX64)
-                    & in_range(i_d, IN_D, INDEX64))
-            b = tl.load(x_ptr + (x_lane[:, None] + x_col[None, :]), mask=x_ok[:, None] & c_ok[None, :], other=0.0)
-        acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
-
-    # dW[g0 + m // (K/G), m % (K/G), tap, j % (C/G)] sits at ((g0·K/G + m)·taps + tap)·C/G + j % (C/G).
-    out_mask = k_ok[:, None] & c_ok[None, :]
-    if MERGE == 1:
-        c_in_group = cs
-    else:
-        c_group = cs // CG
-        c_in_group = cs - c_group * CG
-        out_mask = out_mask & ((ks // KG)[:, None] == c_group[None, :])
-    w_row = ((k0 + ks) * taps + tap) * CG
-    if INDEX64:
-        w_row = w_row.to(tl.int64)
-    if SPLIT_K > 1:  # this split's slice of the fp32 workspace [SPLIT_K, weight elements]
-        out_ptr += split.to(tl.int64) * (K_TOTAL * taps * CG)
-    out_ptrs = out_ptr + (w_row[:, None] + c_in_group[None, :])
-    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=out_mask)
-
-
-# PROBE (session 15): the carried-lane and the previous form of the kernel, chosen by
-# TILEDISPATCH_PROBE_BWD_WEIGHT for one GPU comparison; removed after it.
-@triton.jit
-def _probe_carried_kernel(
-    x_ptr, dy_ptr, out_ptr,
-    BATCH, GROUPS, CG, KG, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W,
-    F_D, F_H, F_W, STR_D, STR_H, STR_W, DIL_D, DIL_H, DIL_W, PAD_D, PAD_H, PAD_W,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    MERGE: tl.constexpr, IS_1X1: tl.constexpr, SPLIT_K: tl.constexpr, VEC: tl.constexpr,
-    INDEX64: tl.constexpr, DOT_PRECISION: tl.constexpr, PROMOTE_BLOCKS: tl.constexpr,
-):
-    C_TOTAL, K_TOTAL, CG, KG, GC, GK = aligned_channels(GROUPS, CG, KG, MERGE, VEC)
-    # GK: merged output channels, GEMM M; GC: merged input channels per tap
-    taps = F_D * F_H * F_W
-    P = BATCH * OUT_D * OUT_H * OUT_W  # reduction length
-
-    # Grouped (swizzled) ordering of the (m, tap × n) tiles for L2 reuse of the operand tiles.
-    pid = tl.program_id(0)
-    group_block = tl.program_id(1)
-    split = tl.program_id(2)
-    num_pid_m = tl.cdiv(GK, BLOCK_M)
-    c_tiles = tl.cdiv(GC, BLOCK_N)
-    num_pid_n = taps * c_tiles
-    pid_m, pid_n = grouped_tile(pid, num_pid_m, num_pid_n, GROUP_M)
-    tap = pid_n // c_tiles
-    pid_c = pid_n % c_tiles
-    c0 = group_block * GC  # first input channel of the merged block (= g0·C/G)
-    k0 = group_block * GK  # first output channel of the merged block (= g0·K/G)
-
-    ks = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cs = pid_c * BLOCK_N + tl.arange(0, BLOCK_N)
-    k_ok = (ks < GK) & (k0 + ks < K_TOTAL)
-    c_ok = (cs < GC) & (c0 + cs < C_TOTAL)
-
-    # This split's contiguous range of reduction blocks; only the last block of all can be partial,
-    # so the loop runs the full ones without a position mask and a masked tail step follows.
-    n_blocks = tl.cdiv(P, BLOCK_K)
-    per_split = tl.cdiv(n_blocks, SPLIT_K)
-    kb_begin = split * per_split
-    kb_end = tl.minimum(kb_begin + per_split, n_blocks)
-    n_full = P // BLOCK_K
-    full_end = tl.minimum(kb_end, n_full)
-    lane = tl.arange(0, BLOCK_K)
-    if INDEX64:
-        lane = lane.to(tl.int64)
-    p_begin = kb_begin * BLOCK_K
-    if INDEX64:
-        p_begin = p_begin.to(tl.int64)
-    # A = dY^T: loop-invariant offsets from a base that moves BLOCK_K rows of dY a step.
-    a_off = (k0 + ks)[:, None] + (lane * K_TOTAL)[None, :]
-    a_mask = k_ok[:, None]
-    a_step = BLOCK_K * K_TOTAL
-    dy_base = dy_ptr + p_begin * K_TOTAL
-    x_col = c0 + cs
-
-    if IS_1X1:
-        x_base = x_ptr + p_begin * C_TOTAL
-        x_off = (lane * C_TOTAL)[:, None] + x_col[None, :]
-        x_step = BLOCK_K * C_TOTAL
-    else:
-        tw = tap % F_W
-        th = (tap // F_W) % F_H
-        td = tap // (F_W * F_H)
-        # Positions in mixed radix (n, od, oh, ow), kept as tap-shifted input coordinates and an X offset:
-        # the block start's are loop-carried scalars moved on by the digits of BLOCK_K each step, every
-        # lane's are the start's plus the lane's loop-invariant digits, both through ``_next_block``'s one
-        # carry per digit: no division and no address product per step.
+        # Positions in mixed radix (n, od, oh, ow), kept as tap-shifted input coordinates and an X offset.
+        # The first block's lanes are the block start's digits plus each lane's (divisions once); after
+        # that every lane carries its own ([BLOCK_K, 1] loop-carried tensors), moved on by the digits of
+        # BLOCK_K through ``_next_block``'s one carry per digit: no division or address product a step.
         ow = p_begin % OUT_W
         t = p_begin // OUT_W
         oh = t % OUT_H
@@ -410,158 +254,6 @@ def _probe_carried_kernel(
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=out_mask)
 
 
-@triton.jit
-def _probe_before_kernel(
-    x_ptr, dy_ptr, out_ptr,
-    BATCH, GROUPS, CG, KG, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W,
-    F_D, F_H, F_W, STR_D, STR_H, STR_W, DIL_D, DIL_H, DIL_W, PAD_D, PAD_H, PAD_W,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    MERGE: tl.constexpr, IS_1X1: tl.constexpr, SPLIT_K: tl.constexpr, VEC: tl.constexpr,
-    INDEX64: tl.constexpr, DOT_PRECISION: tl.constexpr, PROMOTE_BLOCKS: tl.constexpr,
-):
-    C_TOTAL, K_TOTAL, CG, KG, GC, GK = aligned_channels(GROUPS, CG, KG, MERGE, VEC)
-    # GK: merged output channels, GEMM M; GC: merged input channels per tap
-    taps = F_D * F_H * F_W
-    P = BATCH * OUT_D * OUT_H * OUT_W  # reduction length
-
-    # Grouped (swizzled) ordering of the (m, tap × n) tiles for L2 reuse of the operand tiles.
-    pid = tl.program_id(0)
-    group_block = tl.program_id(1)
-    split = tl.program_id(2)
-    num_pid_m = tl.cdiv(GK, BLOCK_M)
-    c_tiles = tl.cdiv(GC, BLOCK_N)
-    num_pid_n = taps * c_tiles
-    pid_m, pid_n = grouped_tile(pid, num_pid_m, num_pid_n, GROUP_M)
-    tap = pid_n // c_tiles
-    pid_c = pid_n % c_tiles
-    c0 = group_block * GC  # first input channel of the merged block (= g0·C/G)
-    k0 = group_block * GK  # first output channel of the merged block (= g0·K/G)
-
-    ks = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cs = pid_c * BLOCK_N + tl.arange(0, BLOCK_N)
-    k_ok = (ks < GK) & (k0 + ks < K_TOTAL)
-    c_ok = (cs < GC) & (c0 + cs < C_TOTAL)
-
-    # This split's contiguous range of reduction blocks.
-    n_blocks = tl.cdiv(P, BLOCK_K)
-    per_split = tl.cdiv(n_blocks, SPLIT_K)
-    kb_begin = split * per_split
-    kb_end = tl.minimum(kb_begin + per_split, n_blocks)
-    lane = tl.arange(0, BLOCK_K)
-    if INDEX64:
-        lane = lane.to(tl.int64)
-    dy_col = k0 + ks
-    x_col = c0 + cs
-
-    if IS_1X1:
-        x_lane = lane * C_TOTAL
-    else:
-        tw = tap % F_W
-        th = (tap // F_W) % F_H
-        td = tap // (F_W * F_H)
-        shift_d = td * DIL_D - PAD_D
-        shift_h = th * DIL_H - PAD_H
-        shift_w = tw * DIL_W - PAD_W
-        # Positions p0 + lane in mixed radix (n, od, oh, ow): the lanes' digits are loop-invariant
-        # vectors, the block start's digits loop-carried scalars advanced by the digits of BLOCK_K,
-        # so the loop adds digits with one conditional carry each and never divides per element.
-        lw = lane % OUT_W
-        t = lane // OUT_W
-        lh = t % OUT_H
-        t = t // OUT_H
-        ld = t % OUT_D
-        ln = t // OUT_D
-        p_begin = kb_begin * BLOCK_K
-        if INDEX64:
-            p_begin = p_begin.to(tl.int64)
-        ow0 = p_begin % OUT_W  # digits of the current block's start (scalars, loop-carried)
-        t0 = p_begin // OUT_W
-        oh0 = t0 % OUT_H
-        t0 = t0 // OUT_H
-        od0 = t0 % OUT_D
-        n0 = t0 // OUT_D
-        step_w = BLOCK_K % OUT_W
-        s = BLOCK_K // OUT_W
-        step_h = s % OUT_H
-        s = s // OUT_H
-        step_d = s % OUT_D
-        step_n = s // OUT_D
-
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    # Tensor-core accumulation is not round-to-nearest, so its error grows with the number of
-    # blocks summed in one accumulator (measured on an H200, bf16, 23M positions in one split:
-    # relative error 0.026). Each chunk of PROMOTE_BLOCKS blocks is summed in ``part`` and then
-    # added to ``acc`` with ordinary fp32 adds, which round to nearest.
-    # Exact fp32 dots (DOT_PRECISION "ieee") are FMAs that do round to nearest: one chunk, one tile
-    # (a second accumulator would cost the registers that make those kernels spill).
-    promote: tl.constexpr = DOT_PRECISION != "ieee"
-    chunk_blocks = PROMOTE_BLOCKS if promote else tl.maximum(kb_end - kb_begin, 1)
-    for chunk in tl.range(kb_begin, kb_end, chunk_blocks, num_stages=1):
-        if promote:
-            part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        else:
-            part = acc
-        for kb in tl.range(chunk, tl.minimum(chunk + chunk_blocks, kb_end)):
-            p0 = kb * BLOCK_K  # first position of this block
-            if INDEX64:
-                p0 = p0.to(tl.int64)
-            p_ok = lane < P - p0
-            a_ptrs = dy_ptr + (dy_col[:, None] + ((p0 + lane) * K_TOTAL)[None, :])
-            a = tl.load(a_ptrs, mask=k_ok[:, None] & p_ok[None, :], other=0.0)
-            if IS_1X1:
-                x_row = p0 * C_TOTAL + x_lane
-                x_ok = p_ok
-            else:
-                ow = ow0 + lw
-                carry = ow >= OUT_W
-                ow = tl.where(carry, ow - OUT_W, ow)
-                oh = oh0 + lh + carry.to(lh.dtype)
-                carry = oh >= OUT_H
-                oh = tl.where(carry, oh - OUT_H, oh)
-                od = od0 + ld + carry.to(ld.dtype)
-                carry = od >= OUT_D
-                od = tl.where(carry, od - OUT_D, od)
-                nb = n0 + ln + carry.to(ln.dtype)
-                i_d = od * STR_D + shift_d
-                i_h = oh * STR_H + shift_h
-                i_w = ow * STR_W + shift_w
-                x_ok = p_ok & (i_d >= 0) & (i_d < IN_D) & (i_h >= 0) & (i_h < IN_H) & (i_w >= 0) & (i_w < IN_W)
-                x_row = (((nb * IN_D + i_d) * IN_H + i_h) * IN_W + i_w) * C_TOTAL
-            b = tl.load(x_ptr + (x_row[:, None] + x_col[None, :]), mask=x_ok[:, None] & c_ok[None, :], other=0.0)
-            part = tl.dot(a, b, part, input_precision=DOT_PRECISION)
-            if not IS_1X1:  # scalar mixed-radix step of the block start
-                ow0 += step_w
-                carry0 = ow0 >= OUT_W
-                ow0 = tl.where(carry0, ow0 - OUT_W, ow0)
-                oh0 += step_h + carry0.to(oh0.dtype)
-                carry0 = oh0 >= OUT_H
-                oh0 = tl.where(carry0, oh0 - OUT_H, oh0)
-                od0 += step_d + carry0.to(od0.dtype)
-                carry0 = od0 >= OUT_D
-                od0 = tl.where(carry0, od0 - OUT_D, od0)
-                n0 += step_n + carry0.to(n0.dtype)
-        if promote:
-            acc += part
-        else:
-            acc = part
-
-    # dW[g0 + m // (K/G), m % (K/G), tap, j % (C/G)] sits at ((g0·K/G + m)·taps + tap)·C/G + j % (C/G).
-    out_mask = k_ok[:, None] & c_ok[None, :]
-    if MERGE == 1:
-        c_in_group = cs
-    else:
-        c_group = cs // CG
-        c_in_group = cs - c_group * CG
-        out_mask = out_mask & ((ks // KG)[:, None] == c_group[None, :])
-    w_row = (dy_col * taps + tap) * CG
-    if INDEX64:
-        w_row = w_row.to(tl.int64)
-    if SPLIT_K > 1:  # this split's slice of the fp32 workspace [SPLIT_K, weight elements]
-        out_ptr += split.to(tl.int64) * (K_TOTAL * taps * CG)
-    out_ptrs = out_ptr + (w_row[:, None] + c_in_group[None, :])
-    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=out_mask)
-
-
 class IgemmBackwardWeight:
     direction = Direction.BACKWARD_WEIGHT
     families = frozenset({Family.IGEMM, Family.GMERGE, Family.GEMM1X1})
@@ -573,9 +265,7 @@ class IgemmBackwardWeight:
         types = {"x_ptr": ptr, "dy_ptr": ptr, "out_ptr": out, **{name: ints for name in _SIZE_PARAMS}}
         constexprs = {**tensor_core_constexprs(config), "SPLIT_K": config.split_k,
                       "PROMOTE_BLOCKS": max(1, PROMOTE_POSITIONS // config.block_k)}
-        kernel = {"invariant": _igemm_bwd_weight_kernel, "carried": _probe_carried_kernel,
-                  "before": _probe_before_kernel}[os.environ.get("TILEDISPATCH_PROBE_BWD_WEIGHT", "invariant")]
-        return with_split_reduce({"main": Program(kernel, constexprs, types, config.num_warps,
+        return with_split_reduce({"main": Program(_igemm_bwd_weight_kernel, constexprs, types, config.num_warps,
                                                   config.num_stages)}, config)
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
