@@ -151,7 +151,7 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
                    _SPLIT_K if bwd_weight else _DATA_SPLIT_K, merges, (1, 8), (False, True))
         if narrow:
             domains = ((32, 64, 128, 256), (16, 32, 64, 128, 256), (16, 32, 64), (4, 8), (1, 2, 3, 4), (8,),
-                       (1, 4, 16) if bwd_weight else (1, *SPLIT_K_DATA_SPLITS),
+                       (1, 4, 16, *WEIGHT_EXTRA_SPLITS) if bwd_weight else (1, *SPLIT_K_DATA_SPLITS),
                        tuple(m for m in merges if m <= 16), (1, 8), (False, True))
         for bm, bn, bk, warps, stages, gm, sk, mg, vec, i64 in itertools.product(*domains):
             yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, stages, gm, sk, mg, vec, i64)
@@ -253,6 +253,15 @@ DWROLL_HELD_DATA_TILES = {7: ((64, 32, 4, 4), (16, 32, 4, 4))}
 SPLIT_K_DATA_TILES = ((32, 32, 64), (64, 32, 64), (64, 64, 64))
 SPLIT_K_DATA_SPLITS = (4, 8, 16)
 
+
+#: Backward-weight splits of ``default`` beyond (1, 4, 16), for these igemm (2D and 3D) and gemm1x1 (2D) tiles
+#: (block_m, block_n, block_k; 4 warps, 3 stages, v8, bf16/fp16). 64 splits for small-M·N, long reductions: the
+#: dense 1x1 dW of n32 c64 -> 256 56x56 is a 256 x 64 x 100,352 GEMM, 4 tiles of 64x64, so 16 splits fill 64 of
+#: 132 SMs (H200, bench/results/2026-11-26_h200_s15 call 2: 40.6 us against cuDNN's 22.1); 8 splits between 4
+#: and 16 for the dense 3x3 layers (n32 c256 28x28: 96.5 us at 4 splits, 87.5 at 16, whose fp32 partials are
+#: 37.7 MB).
+WEIGHT_EXTRA_SPLIT_TILES = ((64, 32, 64), (64, 64, 64), (64, 128, 64), (128, 64, 64))
+WEIGHT_EXTRA_SPLITS = (8, 64)
 
 #: gwalk backward-weight (block_m, block_n, block_k, warps) in ``default`` (see ``_default_rule``).
 GWALK_WEIGHT_DEFAULT_TILES = frozenset({(16, 16, 64, 4), (32, 32, 64, 4), (32, 32, 128, 8)})
@@ -368,6 +377,10 @@ def _default_rule(config: KernelConfig) -> bool:
         return False
     if c.split_k > 1 and c.direction is not Direction.BACKWARD_WEIGHT:
         return _default_split_data_rule(c)
+    if c.split_k in WEIGHT_EXTRA_SPLITS and c.direction is Direction.BACKWARD_WEIGHT:
+        return ((c.family is Family.IGEMM or (c.family is Family.GEMM1X1 and c.ndim == 2))
+                and (c.block_m, c.block_n, c.block_k) in WEIGHT_EXTRA_SPLIT_TILES and c.num_warps == 4
+                and c.num_stages == 3 and c.group_m == 8 and c.vec == 8 and not c.index64 and c.dtype is not DType.FP32)
     if c.group_m != 8 or c.split_k not in (1, 4, 16):
         return False
     if c.num_stages == 1:
