@@ -241,6 +241,22 @@ def test_default_split_k_data_direction_kernels_are_few_and_aimed_at_small_m():
     assert {c.split_k for c in full} == {1, 2, 4, 8, 16}
 
 
+def test_default_backward_weight_extra_splits_are_few_aligned_tensor_core_tiles():
+    """Backward-weight splits beyond (1, 4, 16) in default: only the listed 4-warp, 3-stage, aligned 16-bit
+    igemm (2D and 3D) and gemm1x1 (2D) tiles, each at every extra split."""
+    from tiledispatch.native.rules import WEIGHT_EXTRA_SPLIT_TILES, WEIGHT_EXTRA_SPLITS
+
+    weight = [c for c in rule_set_configs("default") if c.direction is Direction.BACKWARD_WEIGHT
+              and c.family in (Family.IGEMM, Family.GMERGE, Family.GEMM1X1)]
+    extra = [c for c in weight if c.split_k not in (1, 4, 16)]
+    assert {c.split_k for c in extra} == set(WEIGHT_EXTRA_SPLITS)
+    assert {(c.block_m, c.block_n, c.block_k) for c in extra} == set(WEIGHT_EXTRA_SPLIT_TILES)
+    assert all(c.num_warps == 4 and c.num_stages == 3 and c.vec == 8 and c.group_m == 8 and not c.index64
+               and c.dtype is not DType.FP32 for c in extra)
+    assert {(c.family, c.ndim) for c in extra} == {(Family.IGEMM, 2), (Family.IGEMM, 3), (Family.GEMM1X1, 2)}
+    assert len(extra) == len(WEIGHT_EXTRA_SPLIT_TILES) * len(WEIGHT_EXTRA_SPLITS) * 2 * 3  # 2 dtypes, 3 (family, ndim)
+
+
 def test_default_unpipelined_tensor_core_tiles_are_aligned_data_direction_kernels():
     # num_stages 1 (plain, L1-cached loads): gmerge/igemm forward and backward-data, 16-bit, aligned runs.
     unpipelined = [c for c in rule_set_configs("default") if c.num_stages == 1
