@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh machine (no GPU needed): creates .venv, installs the CPU
 # build of torch first (so nothing pulls a multi-GB CUDA build), the project with its gpu and dev
-# extras, then lint, generated-code check and pytest. Extra arguments go to pytest.
+# extras, then lint, generated-code check and pytest, one worker per core (pytest-xdist;
+# TILEDISPATCH_TEST_WORKERS=0 runs in one process). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -13,7 +14,7 @@ fi
 .venv/bin/python -m pip install -q -e ".[gpu,dev]"
 .venv/bin/ruff check .
 set +e
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest -n "${TILEDISPATCH_TEST_WORKERS:-auto}" "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then
