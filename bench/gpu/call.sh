@@ -12,6 +12,7 @@
 #             companions: wheels in .whl), the e2e benchmark eager + CUDA graphs (TESTS=0: no tests; E2E=0: no e2e).
 #   tests:    every kernel GPU test (TESTS_K: a pytest -k expression).
 #   probe:    bench/gpu/walk_probe.py (PROBE_DIRECTIONS, default bwd_weight) into $WORK/walk_probe.
+#   l1:       bench/gpu/l1_probe.py (tensor-core kernels with their cp.async cached in L1 too) into $WORK/l1_probe.
 #   held:     bench/gpu/held_probe.py into $WORK/held_probe (its own registry, /tmp/held_registry), then Nsight
 #             Compute profiles of PROFILES ("kernel@problem-key ...", bench/gpu/profiles.sh) from that registry.
 #   variants: for each value v of $VARIANTS, export $VARIANT_ENV=v (a source switch a probe commit carries), build
@@ -47,7 +48,7 @@ synth() {
   grep -A9 "^## Targets" "$WORK/report_synthetic/report.md"
   cp -r "$SYN" "$WORK/synthetic"
 }
-case ${1:?synth, complete, torch, probe, held, tests, variants or dev} in
+case ${1:?synth, complete, torch, probe, l1, held, tests, variants or dev} in
   synth) synth ;;
   complete)
     M=models/data/measured
@@ -97,6 +98,10 @@ case ${1:?synth, complete, torch, probe, held, tests, variants or dev} in
   probe)
     timeout "$(left)" python3 bench/gpu/walk_probe.py --out "$WORK/walk_probe" --directions "${PROBE_DIRECTIONS:-bwd_weight}" \
       > "$WORK/logs/walk_probe.txt" 2>&1; echo "probe rc $?"; tail -2 "$WORK/logs/walk_probe.txt"
+    ;;
+  l1)
+    timeout "$(left)" python3 bench/gpu/l1_probe.py --out "$WORK/l1_probe" > "$WORK/logs/l1_probe.txt" 2>&1
+    echo "l1 rc $?"; grep -c " ok " "$WORK/logs/l1_probe.txt"; head -2 "$WORK/logs/l1_probe.txt"
     ;;
   held)
     timeout "$(left)" python3 bench/gpu/held_probe.py --out "$WORK/held_probe" > "$WORK/logs/held_probe.txt" 2>&1

@@ -1,0 +1,145 @@
+"""Probe: do the tensor-core kernels gain when their asynchronous copies also cache in L1?
+
+Triton 3.6 lowers every 16-byte pipelined load to ``cp.async.cg`` (cache in L2 only) and ignores a
+``cache_modifier`` on it. An implicit-GEMM program re-reads the same input rows once per filter tap
+(a 3×3 forward loads each X row nine times, shifted by one position a tap), so every re-read goes to
+L2. ``cp.async.ca`` is the same copy cached in L1 too: the shifted re-reads of one program could hit
+there instead. This probe compiles each kernel twice — as the registry does, and with the PTX's
+``cp.async.cg.shared.global`` rewritten to ``cp.async.ca.shared.global`` (a compiler-stage hook) —
+and times both, with cuDNN, on the same problems in one run, with the tile engine's timing and
+correctness check (``variant_probe.Probe``).
+
+Kernels: ``l1_probe_kernels.json`` (per non-depthwise dev-suite problem and direction, the three
+fastest pipelined igemm / gmerge / gemm1x1 kernels of session 15's dev suite, H200).
+
+Usage (GPU machine): ``python bench/gpu/l1_probe.py --out DIR [--workers N]``; writes ``DIR/probe.csv``
+(one row per problem × kernel × variant), ``DIR/probe.json`` (environment) and ``DIR/ptx.json`` (per
+kernel and variant: the copies' PTX opcodes, registers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+VARIANTS = ("cg", "ca")  # Triton's own copies (L2 only), and the same copies cached in L1 too
+_COPY_RE = re.compile(r"cp\.async\.c[ag]\.shared\.global")
+
+
+def _rewrite_copies_hook(backend, stages, options, language, capability):
+    make_ptx = stages["ptx"]
+    stages["ptx"] = lambda src, metadata: make_ptx(src, metadata).replace(
+        "cp.async.cg.shared.global", "cp.async.ca.shared.global")
+
+
+def _compile(kernel_name: str, variant: str, root: str) -> dict:
+    """Compile every program of one kernel in a worker that sees no GPU; write Triton's metadata and cubin."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    import triton
+    from triton import knobs
+
+    from tiledispatch.native.configs import parse_kernel_name
+    from tiledispatch.native.launch import template_for
+    from tiledispatch.native.registry import _resource_usage, _source, target_for
+
+    knobs.compilation.always_compile = True  # the two variants share a source key: never reuse Triton's cache
+    knobs.runtime.add_stages_inspection_hook = _rewrite_copies_hook if variant == "ca" else None
+    config = parse_kernel_name(kernel_name)
+    out = {"kernel": kernel_name, "variant": variant, "programs": {}}
+    for program_name, program in template_for(config).programs(config).items():
+        compiled = triton.compile(_source(program), target=target_for("sm_90"),
+                                  options={"num_warps": program.num_warps, "num_stages": program.num_stages})
+        folder = Path(root) / variant / kernel_name / program_name
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "kernel.json").write_text(json.dumps(compiled.metadata._asdict(), default=str))
+        (folder / "kernel.cubin").write_bytes(compiled.asm["cubin"])
+        registers, stack, local = _resource_usage(folder / "kernel.cubin")
+        out["programs"][program_name] = {
+            "copies": dict(collections.Counter(_COPY_RE.findall(compiled.asm["ptx"]))),
+            "registers": registers, "spill_bytes": stack + local, "shared_bytes": compiled.metadata.shared}
+    return out
+
+
+def _loader(root: Path, variant: str):
+    from triton.compiler.compiler import CompiledKernel
+
+    from tiledispatch.native.launch import template_for
+    from tiledispatch.native.registry import _source
+
+    loaded: dict[str, dict] = {}
+
+    def binaries(config):
+        if config.name not in loaded:
+            loaded[config.name] = {
+                name: CompiledKernel(_source(program), {
+                    "kernel.json": str(root / variant / config.name / name / "kernel.json"),
+                    "kernel.cubin": str(root / variant / config.name / name / "kernel.cubin")},
+                    f"{variant}-{config.name}-{name}")
+                for name, program in template_for(config).programs(config).items()}
+        return loaded[config.name]
+    return binaries
+
+
+def _kernel_call(problem, setup, config, loader):
+    from tiledispatch.native import launch
+
+    def call(i):
+        return launch.run(problem, config, setup.first[i], setup.second[i], setup.out[i], backend="compiled",
+                          loader=loader, check_support=False)
+    return call
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--binaries", type=Path, default=Path("/tmp/l1_probe_bin"))
+    parser.add_argument("--kernels", type=Path, default=HERE / "l1_probe_kernels.json")
+    args = parser.parse_args(argv)
+
+    sys.path.insert(0, str(HERE))
+    from variant_probe import Probe
+
+    from tiledispatch.native.bench import environment_manifest, new_setup
+    from tiledispatch.native.configs import parse_kernel_name
+    from tiledispatch.native.problem import ConvProblem
+
+    problems = json.loads(args.kernels.read_text())["problems"]
+    names = sorted({name for rows in problems.values() for name, _ in rows})
+    started = time.time()
+    with ProcessPoolExecutor(max_workers=args.workers, mp_context=get_context("spawn")) as pool:
+        futures = [pool.submit(_compile, name, variant, str(args.binaries)) for name in names for variant in VARIANTS]
+        built = [f.result() for f in futures]
+    print(f"compiled {len(names)} kernels x {len(VARIANTS)} variants in {time.time() - started:.0f}s", flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "ptx.json").write_text(json.dumps(built, indent=1))
+
+    probe = Probe(args.out, args.workers, args.binaries)
+    (args.out / "probe.json").write_text(json.dumps(environment_manifest(probe.settings, probe.ceilings), indent=2,
+                                                    default=str))
+    loaders = {variant: _loader(args.binaries, variant) for variant in VARIANTS}
+    for key, rows in problems.items():
+        problem = ConvProblem.from_key(key)
+        print(problem.key, flush=True)
+        setup = new_setup(problem, probe.settings)
+        probe.cudnn("l1", problem, setup)
+        for name, _ in rows:
+            config = parse_kernel_name(name)
+            for variant in VARIANTS:
+                probe.measure("l1", problem, setup, f"{name}:{variant}",
+                              _kernel_call(problem, setup, config, loaders[variant]))
+        del setup
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
