@@ -49,7 +49,7 @@ def _compile(kernel_name: str, variant: str, root: str) -> dict:
 
     from tiledispatch.native.configs import parse_kernel_name
     from tiledispatch.native.launch import template_for
-    from tiledispatch.native.registry import _resource_usage, _source, target_for
+    from tiledispatch.native.registry import _json_default, _resource_usage, _source, target_for
 
     knobs.compilation.always_compile = True  # the two variants share a source key: never reuse Triton's cache
     knobs.runtime.add_stages_inspection_hook = _rewrite_copies_hook if variant == "ca" else None
@@ -60,7 +60,7 @@ def _compile(kernel_name: str, variant: str, root: str) -> dict:
                                   options={"num_warps": program.num_warps, "num_stages": program.num_stages})
         folder = Path(root) / variant / kernel_name / program_name
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "kernel.json").write_text(json.dumps(compiled.metadata._asdict(), default=str))
+        (folder / "kernel.json").write_text(json.dumps(compiled.metadata._asdict(), default=_json_default))
         (folder / "kernel.cubin").write_bytes(compiled.asm["cubin"])
         registers, stack, local = _resource_usage(folder / "kernel.cubin")
         out["programs"][program_name] = {
