@@ -71,6 +71,9 @@ class BenchSettings:
     event_timing: bool = True         # False: graph replay only (event columns keep the 3-call estimate)
     families: tuple[str, ...] = ()    # measure only these kernel families (empty: every family)
     kernels: str = ""                 # measure only kernels whose name this regex searches (empty: every one)
+    # Refresh sweeps: re-measure only the changed kernels whose earlier time was within this factor of the
+    # problem's earlier best (0: every stale kernel, including those never measured there).
+    refresh_within: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -665,6 +668,38 @@ def measured_builds(data_dirs: Iterable[Path | str]) -> dict[str, dict[str, set[
     return out
 
 
+def earlier_times(data_dirs: Iterable[Path | str]) -> dict[str, dict[str, float]]:
+    """Problem key -> kernel -> its best ``ok`` graph time (µs) in the folders (kernels with no ``ok`` row: inf)."""
+    import pyarrow.parquet as pq
+
+    out: dict[str, dict[str, float]] = {}
+    for directory in data_dirs:
+        for shard in sorted(Path(directory).glob("rows-*.parquet")):
+            table = pq.read_table(shard, columns=["problem_key", "kernel", "status", "graph_us"]).to_pydict()
+            for key, kernel, status, graph_us in zip(table["problem_key"], table["kernel"], table["status"],
+                                                     table["graph_us"]):
+                time_us = graph_us if status == "ok" and graph_us is not None and graph_us > 0 else math.inf
+                by_kernel = out.setdefault(key, {})
+                by_kernel[kernel] = min(by_kernel.get(kernel, math.inf), time_us)
+    return out
+
+
+def competitive(stale: dict[str, list[str]], times: dict[str, dict[str, float]], within: float
+                ) -> dict[str, list[str]]:
+    """Of ``stale``, the kernels timed before (``times``) at most ``within`` × the problem's earlier best among
+    its kernels (cuDNN not counted). Kernels with no earlier row are left out: a training sweep samples the
+    kernels it times, so those are mostly ones it never drew, not new ones (``--complete`` with ``--kernels``
+    adds new configs). Problems left with none drop out."""
+    out: dict[str, list[str]] = {}
+    for key, names in stale.items():
+        earlier = {k: t for k, t in times.get(key, {}).items() if k not in BASELINES}
+        best = min(earlier.values(), default=math.inf)
+        kept = [k for k in names if earlier.get(k, math.inf) < math.inf and earlier[k] <= within * best]
+        if kept:
+            out[key] = kept
+    return out
+
+
 def stale_kernels(problems: list[ConvProblem], settings: BenchSettings, measured: dict[str, dict[str, set[str]]],
                   current: dict[str, str]) -> dict[str, list[str]]:
     """For a refresh sweep: problem key -> the rule set's applicable kernels (of ``settings.families``
@@ -754,9 +789,18 @@ def run_sweep(problems: list[ConvProblem], settings: BenchSettings, out_dir: Pat
             builds = measured_builds([*refreshes, out])
             current = Registry.load(settings.cache_dir, settings.arch).builds
             missing = stale_kernels(problems, settings, builds, current)
+            if settings.refresh_within:
+                missing = competitive(missing, earlier_times(refreshes), settings.refresh_within)
             measured = {key: set(by_kernel) for key, by_kernel in builds.items()}
-            # measure the stale ones even though a row of theirs exists: skip only what is current
-            skip = {key: measured[key] - set(missing[key]) for key in missing}
+            # measure the stale ones even though a row of theirs exists: skip everything else (with
+            # refresh_within, also the applicable kernels never measured there)
+            if settings.refresh_within:
+                from tiledispatch.native.rules import rule_set_configs
+
+                every = {c.name for c in rule_set_configs(settings.rule_set, settings.arch)}
+                skip = {key: (every | measured[key]) - set(missing[key]) for key in missing}
+            else:
+                skip = {key: measured[key] - set(missing[key]) for key in missing}
         else:
             measured = measured_kernels([*completes, out])
             missing = missing_kernels(problems, settings, measured)

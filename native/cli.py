@@ -153,6 +153,10 @@ def bench_main(argv: list[str]) -> int:
                         help="refresh sweep: for the problems measured in these folders, measure the applicable "
                              "kernels with no row of the build in use (changed or added since), without cuDNN, into "
                              "--out (a folder of its own, whose rows replace theirs in training)")
+    parser.add_argument("--refresh-within", type=float, default=0.0, metavar="FACTOR",
+                        help="with --refresh: re-measure only the changed kernels whose earlier time was within "
+                             "FACTOR x the problem's earlier best (e.g. 1.25); none never measured there (default 0: "
+                             "every stale kernel, including the applicable ones never measured)")
     parser.add_argument("--families", default="", metavar="F1,F2",
                         help="measure only these kernel families (e.g. dwroll: a completion sweep of a new family)")
     parser.add_argument("--kernels", default="", metavar="REGEX",
@@ -171,6 +175,10 @@ def bench_main(argv: list[str]) -> int:
         parser.error("--complete measures every missing kernel fully: drop --max-kernels and --oracle-only")
     if args.refresh and (args.max_kernels or args.oracle_only or args.complete):
         parser.error("--refresh measures every stale kernel fully: drop --max-kernels, --oracle-only and --complete")
+    if args.refresh_within and not args.refresh:
+        parser.error("--refresh-within: only with --refresh")
+    if args.refresh_within and args.refresh_within < 1:
+        parser.error(f"--refresh-within: must be >= 1 (a factor of the earlier best time), got {args.refresh_within}")
     directions = [Direction.parse(d).value for d in _csv(args.direction) or []]
     dtype = DType.parse(args.dtype).value
     if args.problems:
@@ -186,6 +194,7 @@ def bench_main(argv: list[str]) -> int:
                              oracle_only=args.oracle_only,
                              include_cudnn=not (args.no_cudnn or args.complete or args.refresh),
                              max_kernels=args.max_kernels, seed=args.seed, families=families, kernels=args.kernels,
+                             refresh_within=args.refresh_within,
                              **(dict(event_timing=False, budget_us=5_000.0, graph_replays=3) if args.training else {}))
     # SIGTERM (e.g. `timeout` ending a sitting) unwinds like an exception, so the sweep's `finally`
     # writes the rows measured since the last shard instead of losing them.

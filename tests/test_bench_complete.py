@@ -148,3 +148,51 @@ def test_stale_kernels_are_the_applicable_ones_without_a_row_of_the_build_in_use
     assert set(stale) == {MEASURED.key}
     assert kernels[0] in stale[MEASURED.key] and kernels[1] not in stale[MEASURED.key]
     assert set(kernels[4:]) <= set(stale[MEASURED.key])  # never measured: stale too
+
+
+def test_refresh_within_remeasures_only_the_changed_kernels_near_the_earlier_best(
+        tmp_path, fake_gpu, monkeypatch):
+    import json
+    from types import SimpleNamespace
+
+    from tiledispatch.native import registry
+
+    kernels = _applicable(MEASURED)
+    slow, near, best, new = kernels[:4]
+    current = {k: f"b-{k}" for k in kernels}
+    loaded = SimpleNamespace(builds=current)
+    monkeypatch.setattr(registry.Registry, "load", classmethod(lambda cls, cache, arch: loaded))
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    rows = _rows(MEASURED, [k for k in kernels if k != new]) + _rows(MEASURED, [bench.CUDNN])
+    times = {slow: 10.0, near: 6.0, best: 5.0, bench.CUDNN: 1.0}  # cuDNN's time is no kernel's best
+    for row in rows:
+        row["graph_us"] = times.get(row["kernel"], 50.0)
+    bench.write_shard(earlier, rows)
+    (earlier / "manifest.json").write_text("{}")
+    # slow and near were timed before their code changed; best and the rest are current; new was never timed
+    (earlier / "kernel_builds.json").write_text(json.dumps({"builds": {**current, slow: "old", near: "old"}}))
+    settings = bench.BenchSettings(cache_dir="unused", include_cudnn=False, refresh_within=1.5)
+    bench.run_sweep([MEASURED], settings, tmp_path / "refresh", refresh=[earlier], log=lambda line: None)
+    assert len(fake_gpu) == 1
+    measured = set(kernels) - fake_gpu[0][1]
+    assert measured == {near}  # slow: 10 us > 1.5 x 5 us, kept as it was; new: never timed there
+
+
+def test_competitive_keeps_the_kernels_timed_within_the_factor_of_the_best():
+    times = {"p": {"a": 10.0, "b": 12.0, "c": 30.0, "d": float("inf"), bench.CUDNN: 2.0}, "q": {"a": 1.0}}
+    stale = {"p": ["b", "c", "d", "e"], "q": ["a"], "r": ["z"]}
+    assert bench.competitive(stale, times, 1.25) == {"p": ["b"], "q": ["a"]}
+    assert bench.competitive({"p": ["c", "d"]}, times, 1.25) == {}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--refresh-within", "1.5"], "only with --refresh"),
+    (["--refresh", "x", "--refresh-within", "0.5"], "must be >= 1"),
+])
+def test_bench_cli_refuses_a_bad_refresh_within(argv, message, capsys):
+    from tiledispatch.native import cli
+
+    with pytest.raises(SystemExit):
+        cli.bench_main(["--synthetic", "1", "--out", "unused", *argv])
+    assert message in capsys.readouterr().err

@@ -12,6 +12,11 @@
 #             companions: wheels in .whl), the e2e benchmark eager + CUDA graphs (TESTS=0: no tests; E2E=0: no e2e).
 #   tests:    every kernel GPU test (TESTS_K: a pytest -k expression).
 #   probe:    bench/gpu/walk_probe.py (PROBE_DIRECTIONS, default bwd_weight) into $WORK/walk_probe.
+#   refresh:  for each direction of DIRS (default 'bwd_weight fwd bwd_data'), the training and validation problems of
+#             the shipped bf16 models (bench/gpu/refresh_sets.json): re-measure their changed kernels within WITHIN
+#             (default 1.25) x the problem's earlier best (--refresh, --training) into $WORK/refresh_{train,validation}_DIR,
+#             then time the configs no folder has (new_kernels; --complete) into $WORK/complete_new_*; a later call on
+#             the same warm machine resumes them.
 #   l1:       bench/gpu/l1_probe.py (tensor-core kernels with their cp.async cached in L1 too) into $WORK/l1_probe.
 #   held:     bench/gpu/held_probe.py into $WORK/held_probe (its own registry, /tmp/held_registry), then Nsight
 #             Compute profiles of PROFILES ("kernel@problem-key ...", bench/gpu/profiles.sh) from that registry.
@@ -48,7 +53,7 @@ synth() {
   grep -A9 "^## Targets" "$WORK/report_synthetic/report.md"
   cp -r "$SYN" "$WORK/synthetic"
 }
-case ${1:?synth, complete, torch, probe, l1, held, tests, variants or dev} in
+case ${1:?synth, complete, torch, refresh, probe, l1, held, tests, variants or dev} in
   synth) synth ;;
   complete)
     M=models/data/measured
@@ -98,6 +103,24 @@ case ${1:?synth, complete, torch, probe, l1, held, tests, variants or dev} in
   probe)
     timeout "$(left)" python3 bench/gpu/walk_probe.py --out "$WORK/walk_probe" --directions "${PROBE_DIRECTIONS:-bwd_weight}" \
       > "$WORK/logs/walk_probe.txt" 2>&1; echo "probe rc $?"; tail -2 "$WORK/logs/walk_probe.txt"
+    ;;
+  refresh)
+    for d in ${DIRS:-bwd_weight fwd bwd_data}; do
+      for kind in train validation; do
+        folders=$(python3 -c "import json; print(' '.join(json.load(open('bench/gpu/refresh_sets.json'))['sets']['$d']['$kind']))")
+        # shellcheck disable=SC2086
+        timeout "$(left)" td bench --problems "models/data/problems/${kind}_$d.json" --direction "$d" --refresh $folders \
+          --refresh-within "${WITHIN:-1.25}" --training --cache-dir "$REG" --out "$WORK/refresh_${kind}_$d" \
+          >> "$WORK/logs/refresh_${kind}_$d.txt" 2>&1
+        echo "refresh $kind $d rc $?"; grep -E "^bench: refreshing" "$WORK/logs/refresh_${kind}_$d.txt" | tail -1; tail -1 "$WORK/logs/refresh_${kind}_$d.txt"
+        new=$(python3 -c "import json; print('^(' + '|'.join(json.load(open('bench/gpu/refresh_sets.json'))['sets']['$d']['new_kernels']) + ')\$')")
+        # shellcheck disable=SC2086
+        timeout "$(left)" td bench --problems "models/data/problems/${kind}_$d.json" --direction "$d" --complete $folders \
+          --kernels "$new" --training --cache-dir "$REG" --out "$WORK/complete_new_${kind}_$d" \
+          >> "$WORK/logs/complete_new_${kind}_$d.txt" 2>&1
+        echo "complete new $kind $d rc $?"; grep -E "^bench: completing" "$WORK/logs/complete_new_${kind}_$d.txt" | tail -1; tail -1 "$WORK/logs/complete_new_${kind}_$d.txt"
+      done
+    done
     ;;
   l1)
     timeout "$(left)" python3 bench/gpu/l1_probe.py --out "$WORK/l1_probe" > "$WORK/logs/l1_probe.txt" 2>&1
