@@ -17,7 +17,8 @@
 #             (default 1.25) x the problem's earlier best (--refresh, --training) into $WORK/refresh_{train,validation}_DIR,
 #             then time the configs no folder has (new_kernels; --complete) into $WORK/complete_new_*; a later call on
 #             the same warm machine resumes them.
-#   l1:       bench/gpu/l1_probe.py (tensor-core kernels with their cp.async cached in L1 too) into $WORK/l1_probe.
+#   configs:  bench/gpu/config_probe.py on PROBE_KERNELS (default stages_probe_kernels.json), as built, into $WORK/config_probe.
+#   l1:       bench/gpu/config_probe.py (tensor-core kernels with their cp.async cached in L1 too) into $WORK/l1_probe.
 #   held:     bench/gpu/held_probe.py into $WORK/held_probe (its own registry, /tmp/held_registry), then Nsight
 #             Compute profiles of PROFILES ("kernel@problem-key ...", bench/gpu/profiles.sh) from that registry.
 #   variants: for each value v of $VARIANTS, export $VARIANT_ENV=v (a source switch a probe commit carries), build
@@ -53,7 +54,7 @@ synth() {
   grep -A9 "^## Targets" "$WORK/report_synthetic/report.md"
   cp -r "$SYN" "$WORK/synthetic"
 }
-case ${1:?synth, complete, torch, refresh, probe, l1, held, tests, variants or dev} in
+case ${1:?synth, complete, torch, refresh, probe, configs, l1, held, tests, variants or dev} in
   synth) synth ;;
   complete)
     M=models/data/measured
@@ -122,8 +123,13 @@ case ${1:?synth, complete, torch, refresh, probe, l1, held, tests, variants or d
       done
     done
     ;;
+  configs)
+    timeout "$(left)" python3 bench/gpu/config_probe.py --out "$WORK/config_probe" --kernels "bench/gpu/${PROBE_KERNELS:-stages_probe_kernels.json}" \
+      --variants cg > "$WORK/logs/config_probe.txt" 2>&1
+    echo "configs rc $?"; grep -c " ok " "$WORK/logs/config_probe.txt"; head -2 "$WORK/logs/config_probe.txt"
+    ;;
   l1)
-    timeout "$(left)" python3 bench/gpu/l1_probe.py --out "$WORK/l1_probe" > "$WORK/logs/l1_probe.txt" 2>&1
+    timeout "$(left)" python3 bench/gpu/config_probe.py --out "$WORK/l1_probe" > "$WORK/logs/l1_probe.txt" 2>&1
     echo "l1 rc $?"; grep -c " ok " "$WORK/logs/l1_probe.txt"; head -2 "$WORK/logs/l1_probe.txt"
     ;;
   held)

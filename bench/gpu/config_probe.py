@@ -1,4 +1,8 @@
-"""Probe: do the tensor-core kernels gain when their asynchronous copies also cache in L1?
+"""Probe: kernel configs (in ``default`` or not) timed beside cuDNN, as built and with their copies cached in L1.
+
+Two uses. *Configs*: any kernel names (e.g. the pipeline-depth siblings of the best tensor-core kernels,
+``--kernels stages_probe_kernels.json --variants cg``) are compiled on the spot and timed on the problems
+their list names. *L1*:
 
 Triton 3.6 lowers every 16-byte pipelined load to ``cp.async.cg`` (cache in L2 only) and ignores a
 ``cache_modifier`` on it. An implicit-GEMM program re-reads the same input rows once per filter tap
@@ -9,10 +13,12 @@ there instead. This probe compiles each kernel twice — as the registry does, a
 and times both, with cuDNN, on the same problems in one run, with the tile engine's timing and
 correctness check (``variant_probe.Probe``).
 
-Kernels: ``l1_probe_kernels.json`` (per non-depthwise dev-suite problem and direction, the three
-fastest pipelined igemm / gmerge / gemm1x1 kernels of session 15's dev suite, H200).
+Kernel lists: ``l1_probe_kernels.json`` (per non-depthwise dev-suite problem and direction, the three
+fastest pipelined igemm / gmerge / gemm1x1 kernels of session 15's dev suite, H200);
+``stages_probe_kernels.json`` (the same kernels at 2–5 pipeline stages).
 
-Usage (GPU machine): ``python bench/gpu/l1_probe.py --out DIR [--workers N]``; writes ``DIR/probe.csv``
+Usage (GPU machine): ``python bench/gpu/config_probe.py --out DIR [--kernels FILE] [--variants cg,ca]
+[--workers N]``; writes ``DIR/probe.csv``
 (one row per problem × kernel × variant), ``DIR/probe.json`` (environment) and ``DIR/ptx.json`` (per
 kernel and variant: the copies' PTX opcodes, registers).
 """
@@ -31,7 +37,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-VARIANTS = ("cg", "ca")  # Triton's own copies (L2 only), and the same copies cached in L1 too
+VARIANTS = ("cg", "ca")  # Triton's own copies (L2 only), and the same copies cached in L1 too (the default)
 _COPY_RE = re.compile(r"cp\.async\.c[ag]\.shared\.global")
 
 
@@ -104,7 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--binaries", type=Path, default=Path("/tmp/l1_probe_bin"))
     parser.add_argument("--kernels", type=Path, default=HERE / "l1_probe_kernels.json")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"a subset of {','.join(VARIANTS)}")
     args = parser.parse_args(argv)
+    variants = tuple(v for v in args.variants.split(",") if v)
+    if not variants or set(variants) - set(VARIANTS):
+        parser.error(f"--variants: a non-empty subset of {VARIANTS}, got {args.variants!r}")
 
     sys.path.insert(0, str(HERE))
     from variant_probe import Probe
@@ -117,25 +127,25 @@ def main(argv: list[str] | None = None) -> int:
     names = sorted({name for rows in problems.values() for name, _ in rows})
     started = time.time()
     with ProcessPoolExecutor(max_workers=args.workers, mp_context=get_context("spawn")) as pool:
-        futures = [pool.submit(_compile, name, variant, str(args.binaries)) for name in names for variant in VARIANTS]
+        futures = [pool.submit(_compile, name, variant, str(args.binaries)) for name in names for variant in variants]
         built = [f.result() for f in futures]
-    print(f"compiled {len(names)} kernels x {len(VARIANTS)} variants in {time.time() - started:.0f}s", flush=True)
+    print(f"compiled {len(names)} kernels x {len(variants)} variants in {time.time() - started:.0f}s", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ptx.json").write_text(json.dumps(built, indent=1))
 
     probe = Probe(args.out, args.workers, args.binaries)
     (args.out / "probe.json").write_text(json.dumps(environment_manifest(probe.settings, probe.ceilings), indent=2,
                                                     default=str))
-    loaders = {variant: _loader(args.binaries, variant) for variant in VARIANTS}
+    loaders = {variant: _loader(args.binaries, variant) for variant in variants}
     for key, rows in problems.items():
         problem = ConvProblem.from_key(key)
         print(problem.key, flush=True)
         setup = new_setup(problem, probe.settings)
-        probe.cudnn("l1", problem, setup)
+        probe.cudnn("configs", problem, setup)
         for name, _ in rows:
             config = parse_kernel_name(name)
-            for variant in VARIANTS:
-                probe.measure("l1", problem, setup, f"{name}:{variant}",
+            for variant in variants:
+                probe.measure("configs", problem, setup, f"{name}:{variant}",
                               _kernel_call(problem, setup, config, loaders[variant]))
         del setup
     return 0
