@@ -263,6 +263,20 @@ SPLIT_K_DATA_SPLITS = (4, 8, 16)
 WEIGHT_EXTRA_SPLIT_TILES = ((64, 32, 64), (64, 64, 64), (64, 128, 64), (128, 64, 64))
 WEIGHT_EXTRA_SPLITS = (8, 64)
 
+#: A second pipeline depth for the v8 tensor-core tiles of ``default`` beside the one per BLOCK_K ("keep enough
+#: bytes in flight": 5, 4, 3, 2 stages at 16, 32, 64, 128), keyed (family, direction, BLOCK_K). H200, every
+#: non-depthwise dev-suite problem's three best tensor-core kernels rebuilt at 2-5 stages and timed in one run
+#: (bench/results/2026-11-27_h200_s16/config_probe): at BLOCK_K 32 one stage fewer leaves the shared memory of
+#: more programs per SM (gmerge 128x32x32 on G=32: 5 programs at 4 stages under Nsight Compute, 2.4 waves) and
+#: won on 9 of 15 forward / backward-data problems of those families (up to 1.10x, G=32 c512 14x14); backward-data
+#: gmerge at BLOCK_K 64 with 2 stages 1.18x on G=32 stride 2; backward-weight gmerge with 4 stages 1.03-1.13x.
+STAGE_SIBLINGS = {
+    **{(family, direction, 32): 3 for family in (Family.IGEMM, Family.GMERGE, Family.GEMM1X1)
+       for direction in (Direction.FORWARD, Direction.BACKWARD_DATA)},
+    (Family.GMERGE, Direction.BACKWARD_DATA, 64): 2,
+    (Family.GMERGE, Direction.BACKWARD_WEIGHT, 64): 4,
+}
+
 #: gwalk backward-weight (block_m, block_n, block_k, warps) in ``default`` (see ``_default_rule``).
 GWALK_WEIGHT_DEFAULT_TILES = frozenset({(16, 16, 64, 4), (32, 32, 64, 4), (32, 32, 128, 8)})
 #: gwalk (block_m, block_n, block_k, warps) in ``default`` (see ``_default_rule``).
@@ -404,7 +418,8 @@ def _default_rule(config: KernelConfig) -> bool:
         # so these tiles need twice the threads of aligned ones (measured: ptxas spills otherwise).
         if c.num_stages != 2 or c.num_warps != (8 if c.block_m * c.block_n >= 128 * 64 else 4):
             return False
-    elif (c.num_stages != {16: 5, 32: 4, 64: 3, 128: 2}[c.block_k]  # keep enough bytes in flight
+    elif (c.num_stages not in ({16: 5, 32: 4, 64: 3, 128: 2}[c.block_k],  # keep enough bytes in flight
+                               STAGE_SIBLINGS.get((c.family, c.direction, c.block_k)))
           or c.num_warps != (8 if c.block_m * c.block_n >= 128 * 128 else 4)):
         return False
     if c.index64:  # one generic 64-bit-indexed kernel per direction: correctness for huge tensors

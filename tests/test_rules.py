@@ -267,3 +267,18 @@ def test_default_unpipelined_tensor_core_tiles_are_aligned_data_direction_kernel
     assert {c.family for c in unpipelined} == {Family.IGEMM, Family.GMERGE}
     merged = {(c.block_m, c.block_n, c.block_k, c.merge) for c in unpipelined if c.family is Family.GMERGE}
     assert (128, 32, 32, 8) in merged and (128, 32, 32, 2) in merged
+
+
+def test_default_tensor_core_tiles_have_their_block_k_depth_and_only_the_measured_siblings():
+    from tiledispatch.native.rules import STAGE_SIBLINGS
+
+    primary = {16: 5, 32: 4, 64: 3, 128: 2}
+    seen = set()
+    for c in rule_set_configs("default", "sm_90"):
+        if c.family not in (Family.IGEMM, Family.GMERGE, Family.GEMM1X1) or c.vec != 8 or c.num_stages == 1:
+            continue
+        key = (c.family, c.direction, c.block_k)
+        assert c.num_stages in (primary[c.block_k], STAGE_SIBLINGS.get(key)), c.name
+        if c.num_stages != primary[c.block_k]:
+            seen.add(key)
+    assert seen == set(STAGE_SIBLINGS)  # every sibling depth is built, none other

@@ -15,8 +15,8 @@
 #   refresh:  for each direction of DIRS (default 'bwd_weight fwd bwd_data'), the training and validation problems of
 #             the shipped bf16 models (bench/gpu/refresh_sets.json): re-measure their changed kernels within WITHIN
 #             (default 1.25) x the problem's earlier best (--refresh, --training) into $WORK/refresh_{train,validation}_DIR,
-#             then time the configs no folder has (new_kernels; --complete) into $WORK/complete_new_*; a later call on
-#             the same warm machine resumes them.
+#             then time the configs no folder has (new_kernels; --complete; SHARD=I/N: every N-th training problem) into
+#             $WORK/complete_new_*; a later call on the same warm machine resumes them.
 #   configs:  bench/gpu/config_probe.py on PROBE_KERNELS (default stages_probe_kernels.json), as built, into $WORK/config_probe.
 #   l1:       bench/gpu/config_probe.py (tensor-core kernels with their cp.async cached in L1 too) into $WORK/l1_probe.
 #   held:     bench/gpu/held_probe.py into $WORK/held_probe (its own registry, /tmp/held_registry), then Nsight
@@ -114,10 +114,11 @@ case ${1:?synth, complete, torch, refresh, probe, configs, l1, held, tests, vari
           --refresh-within "${WITHIN:-1.25}" --training --cache-dir "$REG" --out "$WORK/refresh_${kind}_$d" \
           >> "$WORK/logs/refresh_${kind}_$d.txt" 2>&1
         echo "refresh $kind $d rc $?"; grep -E "^bench: refreshing" "$WORK/logs/refresh_${kind}_$d.txt" | tail -1; tail -1 "$WORK/logs/refresh_${kind}_$d.txt"
+        shard=(); if [ "$kind" = train ] && [ -n "${SHARD:-}" ]; then shard=(--shard "$SHARD"); fi
         new=$(python3 -c "import json; print('^(' + '|'.join(json.load(open('bench/gpu/refresh_sets.json'))['sets']['$d']['new_kernels']) + ')\$')")
         # shellcheck disable=SC2086
         timeout "$(left)" td bench --problems "models/data/problems/${kind}_$d.json" --direction "$d" --complete $folders \
-          --kernels "$new" --training --cache-dir "$REG" --out "$WORK/complete_new_${kind}_$d" \
+          --kernels "$new" --training "${shard[@]}" --cache-dir "$REG" --out "$WORK/complete_new_${kind}_$d" \
           >> "$WORK/logs/complete_new_${kind}_$d.txt" 2>&1
         echo "complete new $kind $d rc $?"; grep -E "^bench: completing" "$WORK/logs/complete_new_${kind}_$d.txt" | tail -1; tail -1 "$WORK/logs/complete_new_${kind}_$d.txt"
       done
