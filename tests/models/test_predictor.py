@@ -248,7 +248,8 @@ def test_models_trained_on_the_split_k_rows_rank_the_split_k_data_kernels(name):
     """bf16 forward / backward-data version 8 were trained with the split-K completion rows (h200_s11): they
     rank every split-K kernel, and on the dev suite's batch-1 dense 3x3 layer (c256, 14x14), where a split
     kernel is 1.6-2.5x faster than any unsplit one on the H200 (bench/results/2026-11-26_h200_s10/dev_suite),
-    a split kernel comes first."""
+    a split kernel comes first. (Kernels added to ``default`` after them, such as the forward stage siblings,
+    stay unranked by these versions.)"""
     from tiledispatch.models.predictor import rank
     from tiledispatch.native.problem import ConvProblem
     from tiledispatch.native.rules import rule_set_configs
@@ -260,5 +261,6 @@ def test_models_trained_on_the_split_k_rows_rank_the_split_k_data_kernels(name):
     configs = [c for c in rule_set_configs("default", "sm_90", directions=[direction], dtypes=[dtype], ndims=[2])
                if is_supported(problem, c)]
     ranking = rank(model, problem, configs)
-    assert ranking.unranked.size == 0 and any(c.split_k > 1 for c in configs)
+    split = {i for i, c in enumerate(configs) if c.split_k > 1}
+    assert split and not split & set(ranking.unranked.tolist())
     assert configs[ranking.order[0]].split_k > 1
