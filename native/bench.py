@@ -789,18 +789,16 @@ def run_sweep(problems: list[ConvProblem], settings: BenchSettings, out_dir: Pat
             builds = measured_builds([*refreshes, out])
             current = Registry.load(settings.cache_dir, settings.arch).builds
             missing = stale_kernels(problems, settings, builds, current)
+            # measure the stale ones even though a row of theirs exists: skip only what is current, and with
+            # refresh_within also the stale kernels far behind and those never measured there
+            skip = {key: set(by_kernel) for key, by_kernel in builds.items()}
             if settings.refresh_within:
-                missing = competitive(missing, earlier_times(refreshes), settings.refresh_within)
-            measured = {key: set(by_kernel) for key, by_kernel in builds.items()}
-            # measure the stale ones even though a row of theirs exists: skip everything else (with
-            # refresh_within, also the applicable kernels never measured there)
-            if settings.refresh_within:
-                from tiledispatch.native.rules import rule_set_configs
+                from tiledispatch.native.rules import rule_set_names
 
-                every = {c.name for c in rule_set_configs(settings.rule_set, settings.arch)}
-                skip = {key: (every | measured[key]) - set(missing[key]) for key in missing}
-            else:
-                skip = {key: measured[key] - set(missing[key]) for key in missing}
+                missing = competitive(missing, earlier_times(refreshes), settings.refresh_within)
+                every = rule_set_names(settings.rule_set, settings.arch)
+                skip = {key: skip[key] | every for key in missing}
+            skip = {key: skip[key] - set(missing[key]) for key in missing}
         else:
             measured = measured_kernels([*completes, out])
             missing = missing_kernels(problems, settings, measured)

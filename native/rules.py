@@ -263,9 +263,12 @@ SPLIT_K_DATA_SPLITS = (4, 8, 16)
 WEIGHT_EXTRA_SPLIT_TILES = ((64, 32, 64), (64, 64, 64), (64, 128, 64), (128, 64, 64))
 WEIGHT_EXTRA_SPLITS = (8, 64)
 
-#: A second pipeline depth for the v8 tensor-core tiles of ``default`` beside the one per BLOCK_K ("keep enough
-#: bytes in flight": 5, 4, 3, 2 stages at 16, 32, 64, 128), keyed (family, direction, BLOCK_K). H200, every
-#: non-depthwise dev-suite problem's three best tensor-core kernels rebuilt at 2-5 stages and timed in one run
+#: Pipeline stages of the v8 tensor-core tiles of ``default`` per BLOCK_K: keep enough bytes in flight.
+PIPELINE_DEPTH = {16: 5, 32: 4, 64: 3, 128: 2}
+
+#: A second pipeline depth for the v8 tensor-core tiles of ``default`` beside :data:`PIPELINE_DEPTH`, keyed
+#: (family, direction, BLOCK_K). H200, every non-depthwise dev-suite problem's three best tensor-core kernels
+#: rebuilt at 2-5 stages and timed in one run
 #: (bench/results/2026-11-27_h200_s16/config_probe): forward at BLOCK_K 32 one stage fewer leaves the shared memory
 #: of more programs per SM (gmerge 128x32x32 on G=32: 5 programs at 4 stages under Nsight Compute, 2.4 waves) and
 #: won on 7 of 15 forward problems (up to 1.10x, G=32 c512 14x14); backward-weight gmerge with 4 stages won on 4 of
@@ -418,8 +421,7 @@ def _default_rule(config: KernelConfig) -> bool:
         # so these tiles need twice the threads of aligned ones (measured: ptxas spills otherwise).
         if c.num_stages != 2 or c.num_warps != (8 if c.block_m * c.block_n >= 128 * 64 else 4):
             return False
-    elif (c.num_stages not in ({16: 5, 32: 4, 64: 3, 128: 2}[c.block_k],  # keep enough bytes in flight
-                               STAGE_SIBLINGS.get((c.family, c.direction, c.block_k)))
+    elif (c.num_stages not in (PIPELINE_DEPTH[c.block_k], STAGE_SIBLINGS.get((c.family, c.direction, c.block_k)))
           or c.num_warps != (8 if c.block_m * c.block_n >= 128 * 128 else 4)):
         return False
     if c.index64:  # one generic 64-bit-indexed kernel per direction: correctness for huge tensors

@@ -270,9 +270,9 @@ def test_default_unpipelined_tensor_core_tiles_are_aligned_data_direction_kernel
 
 
 def test_default_tensor_core_tiles_have_their_block_k_depth_and_only_the_measured_siblings():
+    from tiledispatch.native.rules import PIPELINE_DEPTH as primary
     from tiledispatch.native.rules import STAGE_SIBLINGS
 
-    primary = {16: 5, 32: 4, 64: 3, 128: 2}
     seen = set()
     for c in rule_set_configs("default", "sm_90"):
         if c.family not in (Family.IGEMM, Family.GMERGE, Family.GEMM1X1) or c.vec != 8 or c.num_stages == 1:

@@ -107,6 +107,7 @@ case ${1:?synth, complete, torch, refresh, probe, configs, l1, held, tests, vari
     ;;
   refresh)
     for d in ${DIRS:-bwd_weight fwd bwd_data}; do
+      new=$(python3 -c "import json; print('^(' + '|'.join(json.load(open('bench/gpu/refresh_sets.json'))['sets']['$d']['new_kernels']) + ')\$')")
       for kind in train validation; do
         folders=$(python3 -c "import json; print(' '.join(json.load(open('bench/gpu/refresh_sets.json'))['sets']['$d']['$kind']))")
         # shellcheck disable=SC2086
@@ -115,7 +116,6 @@ case ${1:?synth, complete, torch, refresh, probe, configs, l1, held, tests, vari
           >> "$WORK/logs/refresh_${kind}_$d.txt" 2>&1
         echo "refresh $kind $d rc $?"; grep -E "^bench: refreshing" "$WORK/logs/refresh_${kind}_$d.txt" | tail -1; tail -1 "$WORK/logs/refresh_${kind}_$d.txt"
         shard=(); if [ "$kind" = train ] && [ -n "${SHARD:-}" ]; then shard=(--shard "$SHARD"); fi
-        new=$(python3 -c "import json; print('^(' + '|'.join(json.load(open('bench/gpu/refresh_sets.json'))['sets']['$d']['new_kernels']) + ')\$')")
         # shellcheck disable=SC2086
         timeout "$(left)" td bench --problems "models/data/problems/${kind}_$d.json" --direction "$d" --complete $folders \
           --kernels "$new" --training "${shard[@]}" --cache-dir "$REG" --out "$WORK/complete_new_${kind}_$d" \
