@@ -57,7 +57,8 @@ from enum import Enum
 
 from tiledispatch.native.problem import Direction, DType
 
-#: Tallest filter a dwroll kernel unrolls (one fp32 accumulator tile per filter row).
+#: Tallest filter a dwroll kernel unrolls (one fp32 accumulator tile per filter row), and the widest a dwrow
+#: kernel unrolls (one per filter column).
 MAX_DWROLL_FILTER_HEIGHT = 7
 #: Most output rows a forward / backward-data dwroll kernel holds (``group_m``; 1 = the rolling walk).
 MAX_DWROLL_HELD_ROWS = 8
@@ -75,16 +76,19 @@ class Family(str, Enum):
     TMA = "tma"
     DWROLL = "dwroll"
     GWALK = "gwalk"
+    DWROW = "dwrow"
 
     @property
     def uses_tensor_cores(self) -> bool:
-        return self not in (Family.DIRECT, Family.DWROLL)
+        return self not in (Family.DIRECT, Family.DWROLL, Family.DWROW)
 
     @property
     def directions(self) -> tuple[Direction, ...]:
-        """The directions the family has kernels for (tma: forward and backward-data)."""
+        """The directions the family has kernels for (tma: forward and backward-data; dwrow: backward-weight)."""
         if self is Family.TMA:
             return (Direction.FORWARD, Direction.BACKWARD_DATA)
+        if self is Family.DWROW:
+            return (Direction.BACKWARD_WEIGHT,)
         return tuple(Direction)
 
     @property
@@ -135,7 +139,7 @@ class KernelConfig:
         if self.ndim not in (2, 3):
             raise ConfigError(f"ndim: must be 2 or 3, got {self.ndim}")
         powers = ("block_m", "block_n", "num_warps", "group_m", "split_k", "merge")
-        if self.family is not Family.DWROLL:  # dwroll's block_k is a filter height (3, 5, 7)
+        if self.family not in (Family.DWROLL, Family.DWROW):  # their block_k is a filter height / width (3, 5, 7)
             powers += ("block_k",)
         for name in powers:
             value = getattr(self, name)
@@ -182,6 +186,13 @@ class KernelConfig:
                                   f"{self.direction.value})")
             if not 1 <= self.block_k <= MAX_DWROLL_FILTER_HEIGHT:
                 raise ConfigError(f"block_k: a dwroll kernel's filter height must be 1..{MAX_DWROLL_FILTER_HEIGHT}, "
+                                  f"got {self.block_k}")
+        elif self.family is Family.DWROW:
+            if self.vec != 8 or self.num_stages not in (1, 2) or self.group_m != 1:
+                raise ConfigError("vec/num_stages/group_m: dwrow kernels use vec=8 (16-byte channel runs), "
+                                  "num_stages=1 (or 2: loads one row ahead), group_m=1")
+            if not 1 <= self.block_k <= MAX_DWROLL_FILTER_HEIGHT:
+                raise ConfigError(f"block_k: a dwrow kernel's filter width must be 1..{MAX_DWROLL_FILTER_HEIGHT}, "
                                   f"got {self.block_k}")
         elif self.family.uses_tensor_cores:
             if self.block_k < 16 or self.block_m < 16 or self.block_n < 16:

@@ -137,6 +137,12 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
                     for held in _DWROLL_HELD_ROWS:
                         yield KernelConfig(direction, dtype, ndim, family, bw, bn, fh, warps, 1, held, 1, 1, 8, i64)
             continue
+        if family is Family.DWROW:  # backward-weight only (Family.directions)
+            domains = (_DWROLL_BLOCK_W, _DWROLL_BLOCK_N, _DWROLL_FILTER_HEIGHTS, _DIRECT_WARPS, (1, 2),
+                       (1, *_SPLIT_K[3:], DWROLL_MAX_SPLIT_K), (False, True))
+            for bw, bn, fw, warps, stages, sk, i64 in itertools.product(*domains):
+                yield KernelConfig(direction, dtype, ndim, family, bw, bn, fw, warps, stages, 1, sk, 1, 8, i64)
+            continue
         if family is Family.DIRECT:
             domains = (_DIRECT_BLOCK_M, _DIRECT_BLOCK_N, _DIRECT_TAPS_W, _DIRECT_WARPS,
                        _SPLIT_K if bwd_weight else (1,), (1, 8), (False, True))
@@ -165,6 +171,13 @@ def _dwroll_ok(config: KernelConfig) -> bool:
                                           else MAX_DWROLL_DATA_VALUES) and _dwroll_per_thread(config) >= 2
 
 
+def dwrow_live_values(config: KernelConfig) -> float:
+    """fp32-register equivalents a dwrow thread keeps live: ``block_k`` accumulator tiles and the row's raw
+    16-bit dY and input tiles (``block_k`` + 1, half a register per element), twice with ``num_stages`` 2."""
+    raw = (config.block_k + 1) / 2 * config.num_stages
+    return (config.block_k + raw) * _dwroll_per_thread(config)
+
+
 def _dwroll_per_thread(config: KernelConfig) -> int:
     return config.block_m * config.block_n // (32 * config.num_warps)
 
@@ -185,6 +198,8 @@ def dwroll_live_values(config: KernelConfig) -> float:
 def _full_rule(config: KernelConfig, arch: ArchSpec) -> bool:
     if config.family is Family.DWROLL:
         return _dwroll_ok(config)
+    if config.family is Family.DWROW:
+        return dwrow_live_values(config) <= MAX_DWROLL_DATA_VALUES and _dwroll_per_thread(config) >= 2
     if config.family is Family.GWALK and config.direction is Direction.BACKWARD_WEIGHT:
         # Triton gives a chain of dots into one accumulator warps along M only (16 rows each): more warps
         # than 4·block_m / 16 would hold copies of the same rows. Four warps walking two rows compile wrong
@@ -298,6 +313,8 @@ def _default_split_data_rule(c: KernelConfig) -> bool:
 def _default_rule(config: KernelConfig) -> bool:
     """The registry shipped and measured by default: a few hundred kernels per (direction, dtype)."""
     c = config
+    if c.family is Family.DWROW:
+        return False  # not measured yet
     if c.family is Family.DWROLL:
         if c.index64 or c.dtype is DType.FP32 or (c.ndim == 3 and c.block_k != 3):
             return False  # 3D: the 3x3x3 filters video networks use

@@ -44,7 +44,7 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
         largest = max(problem.input_elements, problem.weight_elements, problem.output_elements)
         return Support(False, f"input/weight/output: a tensor has {largest} elements (> 2^31-1); "
                               "needs a 64-bit-indexed kernel (i64)")
-    if config.family in (Family.DIRECT, Family.DWROLL) and config.index64:
+    if config.family in (Family.DIRECT, Family.DWROLL, Family.DWROW) and config.index64:
         # Direct kernels keep per-row arithmetic in 32 bits; only element offsets are 64-bit.
         largest_dim = max(problem.batch, problem.in_channels, problem.out_channels, *problem.input_size,
                           *problem.output_size)
@@ -53,7 +53,7 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
                                   "beyond the direct kernels' 32-bit row arithmetic")
     cg, kg = problem.c_per_group, problem.k_per_group
     if config.vec == 8:
-        if config.family in (Family.DIRECT, Family.DWROLL):
+        if config.family in (Family.DIRECT, Family.DWROLL, Family.DWROW):
             if problem.in_channels % 8 or problem.out_channels % 8:
                 return Support(False, f"in_channels/out_channels: {problem.in_channels}/{problem.out_channels} "
                                       "not divisible by 8 (kernel needs v8 alignment)")
@@ -94,6 +94,10 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
         refusal = _dwroll_refusal(problem, config)
         if refusal:
             return Support(False, refusal)
+    if config.family is Family.DWROW:
+        refusal = _dwrow_refusal(problem, config)
+        if refusal:
+            return Support(False, refusal)
     if config.family is Family.TMA:
         refusal = _tma_refusal(problem, config)
         if refusal:
@@ -110,7 +114,8 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
         if partials > MAX_SPLIT_PARTIALS_BYTES:
             return Support(False, f"batch/input_size: split_k={config.split_k} would need {partials} bytes of fp32 "
                                   f"partials (> {MAX_SPLIT_PARTIALS_BYTES}); the unsplit kernel runs it")
-    elif config.split_k > 1 and config.family not in (Family.DWROLL, Family.GWALK):  # their empty splits write zeros
+    elif config.split_k > 1 and config.family not in (Family.DWROLL, Family.DWROW, Family.GWALK):
+        # (dwroll, dwrow and gwalk: their empty splits write zero partials)
         reduction = problem.batch * math.prod(problem.output_size)
         step = config.block_m if config.family is Family.DIRECT else config.block_k
         if -(-reduction // step) < config.split_k:  # every split must own at least one step
@@ -177,6 +182,21 @@ def _dwroll_refusal(problem: ConvProblem, config: KernelConfig) -> str:
     widest = max(problem.input_size[-1], problem.output_size[-1]) * problem.in_channels
     if widest > INT32_INDEX_LIMIT:
         return f"input_size/in_channels: one row of {widest} elements exceeds 2^31-1 (dwroll row offsets are 32-bit)"
+    return ""
+
+
+def _dwrow_refusal(problem: ConvProblem, config: KernelConfig) -> str:
+    """Why a ``dwrow`` kernel cannot run the problem ('' when it can): depthwise, a filter at most ``block_k``
+    wide (any height, depth, stride, dilation and padding), 32-bit row offsets."""
+    if problem.c_per_group != 1 or problem.k_per_group != 1:
+        return (f"in_channels/out_channels: dwrow kernels are for depthwise problems (C/G = K/G = 1), got "
+                f"{problem.c_per_group}/{problem.k_per_group}")
+    if problem.filter_size[-1] > config.block_k:
+        return (f"filter_size: dwrow block_k {config.block_k} unrolls at most {config.block_k} filter columns, "
+                f"got {list(problem.filter_size)}")
+    widest = max(problem.input_size[-1], problem.output_size[-1]) * problem.in_channels
+    if widest > INT32_INDEX_LIMIT:
+        return f"input_size/in_channels: one row of {widest} elements exceeds 2^31-1 (dwrow row offsets are 32-bit)"
     return ""
 
 

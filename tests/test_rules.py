@@ -44,6 +44,14 @@ def hard_rule_violation(config: KernelConfig, arch: str) -> str | None:
         if per_thread < 2 or tiles * per_thread > limit:
             return f"dwroll live values {tiles} x {per_thread}"
         return None
+    if config.family is Family.DWROW:
+        # block_k accumulators (one per filter column) + the row's raw 16-bit dY and input tiles (half a register
+        # per element), twice when loads run ahead; at least 2 elements per thread.
+        per_thread = config.block_m * config.block_n // (32 * config.num_warps)
+        tiles = config.block_k + (config.block_k + 1) / 2 * config.num_stages
+        if per_thread < 2 or tiles * per_thread > MAX_DWROLL_DATA_VALUES:
+            return f"dwrow live values {tiles} x {per_thread}"
+        return None
     if config.family is Family.DIRECT:
         per_thread = config.block_m * config.block_n // (32 * config.num_warps)
         if not 1 <= per_thread <= MAX_DIRECT_ELEMENTS_PER_THREAD:

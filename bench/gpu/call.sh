@@ -21,6 +21,8 @@
 #   l1:       bench/gpu/config_probe.py (tensor-core kernels with their cp.async cached in L1 too) into $WORK/l1_probe.
 #   held:     bench/gpu/held_probe.py into $WORK/held_probe (its own registry, /tmp/held_registry), then Nsight
 #             Compute profiles of PROFILES ("kernel@problem-key ...", bench/gpu/profiles.sh) from that registry.
+#   dwrow:    bench/gpu/dwrow_probe.py (depthwise backward-weight, one filter row per program, beside default's
+#             depthwise kernels and cuDNN) into $WORK/dwrow_probe; then TESTS_K's kernel GPU tests when set.
 #   variants: for each value v of $VARIANTS, export $VARIANT_ENV=v (a source switch a probe commit carries), build
 #             the default registry again (only the switched kernels compile) and bench the dev suite with
 #             $VARIANT_ARGS (e.g. --direction bwd_weight --families igemm,gmerge,gemm1x1) into $WORK/variant_v.
@@ -54,7 +56,7 @@ synth() {
   grep -A9 "^## Targets" "$WORK/report_synthetic/report.md"
   cp -r "$SYN" "$WORK/synthetic"
 }
-case ${1:?synth, complete, torch, refresh, probe, configs, l1, held, tests, variants or dev} in
+case ${1:?synth, complete, torch, refresh, probe, configs, l1, dwrow, held, tests, variants or dev} in
   synth) synth ;;
   complete)
     M=models/data/measured
@@ -132,6 +134,14 @@ case ${1:?synth, complete, torch, refresh, probe, configs, l1, held, tests, vari
   l1)
     timeout "$(left)" python3 bench/gpu/config_probe.py --out "$WORK/l1_probe" > "$WORK/logs/l1_probe.txt" 2>&1
     echo "l1 rc $?"; grep -c " ok " "$WORK/logs/l1_probe.txt"; head -2 "$WORK/logs/l1_probe.txt"
+    ;;
+  dwrow)
+    timeout "$(left)" python3 bench/gpu/dwrow_probe.py --out "$WORK/dwrow_probe" > "$WORK/logs/dwrow_probe.txt" 2>&1
+    echo "dwrow rc $?"; grep -E "^built|probe done" "$WORK/logs/dwrow_probe.txt"
+    if [ -n "${TESTS_K:-}" ] && [ "$(left)" -gt 60 ]; then
+      TILEDISPATCH_TEST_REGISTRY="$WORK/test_registry" timeout "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider \
+        tests/kernels/test_gpu.py -k "$TESTS_K" > "$WORK/logs/gpu_tests_dwrow.txt" 2>&1; tail -3 "$WORK/logs/gpu_tests_dwrow.txt"
+    fi
     ;;
   held)
     timeout "$(left)" python3 bench/gpu/held_probe.py --out "$WORK/held_probe" > "$WORK/logs/held_probe.txt" 2>&1

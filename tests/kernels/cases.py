@@ -54,6 +54,9 @@ SHAPES_2D = {
     # gwalk backward-weight walking one row: strides and dilations differing per axis, asymmetric pads.
     "walk_strided": dict(batch=3, groups=6, in_channels=24, out_channels=24, input_size=(9, 11), filter_size=(3, 3),
                          stride=(2, 1), dilation=(1, 3), pad_begin=(0, 2), pad_end=(1, 3)),
+    # dwrow: a 7x7 filter with dilated rows and strided columns, asymmetric pads, 16 channels.
+    "dwrow_7x7": dict(batch=3, groups=16, in_channels=16, out_channels=16, input_size=(13, 11), filter_size=(7, 7),
+                      stride=(1, 2), dilation=(2, 1), pad_begin=(3, 2), pad_end=(4, 4)),
     # No padding: the forward tma kernel reads the input in place (no padded copy).
     "stride1_valid": dict(batch=2, groups=1, in_channels=32, out_channels=16, input_size=(4, 5), filter_size=(2, 2),
                           stride=(1, 1), dilation=(1, 1), pad_begin=(0, 0), pad_end=(0, 0)),
@@ -86,6 +89,7 @@ FAMILY_SHAPES = {
     Family.TMA: ("stride1_grouped", "stride1_valid"),
     Family.DWROLL: ("depthwise", "dwroll_strided", "dwroll_stride1", "dwroll"),
     Family.GWALK: ("depthwise", "walk_grouped", "walk_wide", "walk_strided"),
+    Family.DWROW: ("depthwise", "dwrow_7x7", "dwroll_strided", "dwroll_stride1", "dwroll"),
 }
 
 
@@ -119,6 +123,10 @@ def small_config(direction: Direction, dtype: DType, ndim: int, family: Family, 
         block_w, block_n = (16, 32) if wide else (8, 16)
         return KernelConfig(direction, dtype, ndim, family, block_w, block_n, taps_w, 1, stages, held, split_k, 1, 8,
                             index64)
+    if family is Family.DWROW:  # taps_w: the filter columns unrolled
+        block_w, block_n = (16, 32) if wide else (8, 16)
+        return KernelConfig(direction, dtype, ndim, family, block_w, block_n, taps_w, 1, stages, 1, split_k, 1, 8,
+                            index64)
     if family is Family.DIRECT:
         return KernelConfig(direction, dtype, ndim, family, 16, 8, taps_w, num_warps, 1, 1, split_k, 1, vec, index64)
     return KernelConfig(direction, dtype, ndim, family, 32, 16, 16, num_warps, 2, 8, split_k,
@@ -151,6 +159,9 @@ def cases(ndims=(2, 3)):
                             variants += [dict(v, wide=True) for v in variants]
                         if direction is not Direction.BACKWARD_WEIGHT:  # held rows: 2, and 4 on the wide tile
                             variants += [dict(taps_w=height, held=2), dict(taps_w=height, held=4, wide=True)]
+                    if family is Family.DWROW:  # exactly the filter's width and wider (masked columns)
+                        width = available[label]["filter_size"][-1]
+                        variants = [dict(taps_w=width), dict(taps_w=7, stages=2, wide=True)]
                     if family in (Family.GEMM1X1, Family.TMA):
                         variants = [dict(vec=8)]
                     if family is Family.IGEMM and label == "grouped_odd":
@@ -170,6 +181,8 @@ def cases(ndims=(2, 3)):
                         variants += [dict(taps_w=8)] + ([dict(taps_w=4)] if label == "depthwise" else [])
                     if direction is Direction.BACKWARD_WEIGHT or family in SPLIT_DATA_FAMILIES:
                         variants += [dict(v, split_k=4) for v in variants]
+                    if family is Family.DWROW and label == "dwroll_strided":  # far more splits than items: zeros
+                        variants.append(dict(taps_w=5, stages=2, split_k=128))
                     if family is Family.DWROLL and direction is Direction.BACKWARD_WEIGHT and label == "dwroll_stride1":
                         # default's largest split: far more splits than work items, so most are empty (zeros)
                         variants.append(dict(taps_w=available[label]["filter_size"][-2], stages=2, split_k=128))
@@ -224,6 +237,10 @@ GWALK_WEIGHT_GPU_TILES = (((16, 16, 64, 4), 4, 2, 1), ((32, 32, 64, 4), 4, 1, 16
 #: Forward / backward-data dwroll tiles holding their output rows ((block_w, block_n, warps), rows held, filter
 #: height): default's two 7x7 tiles, and a 3x3 pair at 2 and 8 rows (3D runs them too).
 DWROLL_GPU_HELD = (((64, 32, 4), 4, 7), ((16, 32, 4), 4, 7), ((32, 16, 4), 2, 3), ((32, 32, 8), 8, 3))
+#: dwrow GPU-test kernels (block_w, block_n, filter columns, warps, num_stages, split_k): unsplit and split up to 128,
+#: plain and loading a row ahead, 4 and 8 warps, 3 to 7 columns.
+DWROW_GPU_TILES = ((64, 16, 3, 4, 1, 1), (32, 32, 3, 4, 2, 16), (16, 64, 5, 4, 2, 32), (32, 16, 7, 4, 2, 64),
+                   (64, 32, 7, 8, 2, 128), (64, 16, 3, 8, 1, 8))
 #: Backward-weight dwroll kernels beyond DWROLL_GPU_TILES: default's lean 3x3 tile at its largest split.
 DWROLL_GPU_EXTRA_WEIGHT = ((64, 16, 3, 8, 2, 128),)
 
@@ -248,6 +265,10 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
             else:
                 out += [KernelConfig(direction, dtype, ndim, family, block_w, block_n, height, num_warps, 1, held, 1, 1,
                                      8) for (block_w, block_n, num_warps), held, height in DWROLL_GPU_HELD]
+            continue
+        if family is Family.DWROW:
+            out += [KernelConfig(direction, dtype, ndim, family, block_w, block_n, width, warps, stages, 1, split_k, 1, 8)
+                    for block_w, block_n, width, warps, stages, split_k in DWROW_GPU_TILES]
             continue
         if family is Family.GWALK:  # 2D bf16/fp16: held (32x32) and loaded (64x64) weights, 4 and 8 warps
             if ndim == 2 and dtype is not DType.FP32 and direction is Direction.BACKWARD_WEIGHT:

@@ -1,4 +1,5 @@
-"""The analytic model's family codes: dwroll (5) and gwalk (6) got theirs without changing a number (analytic v1)."""
+"""The analytic model's family codes: dwroll (5), gwalk (6) and dwrow (7) got theirs without changing a number
+(analytic v1)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ BEFORE = [
 
 def test_family_codes_keep_their_meaning_and_dwroll_is_5():
     assert analytic.FAMILY_CODES == {"igemm": 0, "gmerge": 1, "gemm1x1": 2, "direct": 3, "tma": 4, "dwroll": 5,
-                                     "gwalk": 6}
+                                     "gwalk": 6, "dwrow": 7}
     assert {f.value for f in Family} <= set(analytic.FAMILY_CODES)
     assert analytic.VERSION == "1"
 
@@ -65,6 +66,17 @@ def test_analytic_values_are_those_of_before_dwroll_had_a_code(key, kernel, time
     assert b["compute_us"][0] == pytest.approx(compute_us, rel=1e-12)
     assert b["memory_us"][0] == pytest.approx(memory_us, rel=1e-12)
     assert int(b["ctas"][0]) == ctas
+
+
+def test_dwrow_takes_the_direct_cuda_core_view_it_had_without_a_code(monkeypatch):
+    config = parse_kernel_name("gconv_bwd_weight_bf16_2d_dwrow_32x32x3_w4_s2_gm1_sk64_mg1_v8_i32")
+    problem = PROBLEMS["dw_bwd_weight"]
+    assert analytic.config_table([config])["cuda_core"].tolist() == [1]
+    with_code = analytic.AnalyticPredictor("sm_90").breakdown(problem, analytic.config_table([config]))
+    monkeypatch.delitem(analytic.FAMILY_CODES, "dwrow")
+    without = analytic.AnalyticPredictor("sm_90").breakdown(problem, analytic.config_table([config]))
+    for name in ("time_us", "compute_us", "memory_us", "ctas"):
+        assert with_code[name][0] == without[name][0], name
 
 
 def test_gwalk_keeps_the_tensor_core_view_it_had_without_a_code(monkeypatch):

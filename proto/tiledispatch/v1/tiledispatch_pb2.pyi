@@ -36,6 +36,7 @@ class Family(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FAMILY_TMA: _ClassVar[Family]
     FAMILY_DWROLL: _ClassVar[Family]
     FAMILY_GWALK: _ClassVar[Family]
+    FAMILY_DWROW: _ClassVar[Family]
 
 class SelectionPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -91,6 +92,7 @@ FAMILY_DIRECT: Family
 FAMILY_TMA: Family
 FAMILY_DWROLL: Family
 FAMILY_GWALK: Family
+FAMILY_DWROW: Family
 SELECTION_POLICY_UNSPECIFIED: SelectionPolicy
 SELECTION_POLICY_DEFAULT: SelectionPolicy
 SELECTION_POLICY_TUNING_DB_ONLY: SelectionPolicy

@@ -1,0 +1,166 @@
+"""Depthwise backward-weight one filter row per program (``dwrow``), 2D and 3D (2D runs as 3D with depth 1),
+for C/G = K/G = 1 with 16-byte channel vectors, any stride, dilation and padding.
+
+``dW[k, t_d, t_h, t_w] = Σ_{n, o_d, o_h, o_w} dY[n, o, k] · X[n, i(o, t), k]`` with
+``i(o, t) = o·stride − pad_begin + t·dilation`` per spatial dimension (notation of direct.py).
+
+Why one filter row: the rolling backward-weight walk (dwroll.py) holds ``F_H × F_H`` fp32 accumulator tiles,
+so a 7×7 program keeps 2 elements per thread and few programs fit an SM (H200, session 10: n32 c96 56² at
+131 µs against cuDNN's 77; c768 7² 7×7 at 0.42× cuDNN). Here the grid has one program per
+``(channel block, t_d, t_h, split)``: it holds ``F_W`` accumulator tiles of ``BLOCK_W × BLOCK_N`` and, for each
+output row ``o_h`` of its work items, loads the dY row once and the one input row ``o_h·s_h − p_h + t_h·d_h``
+that filter row pairs with, at its ``F_W`` column shifts (the same cache lines: L1 hits):
+``acc[t_w] += dY[o_h, strip, k] · X[i_h, strip·s_w − p_w + t_w·d_w, k]``. The price is reading dY and the
+input ``F_D·F_H`` times through L2 instead of once; the gain is ``F_H`` times fewer live values per element,
+so wider 16-byte loads, more programs per SM, and strides and dilations on every axis.
+
+A work item is one ``(n, o_d, column strip, row chunk)``; split ``s`` of ``split_k`` owns a contiguous run of
+items, sums each tap's tile over the strip at the end and writes ``workspace[s]`` (same layout as dW); the
+shared deterministic reduction (split_reduce.py) adds the splits in a fixed order. No GEMM view: with
+C/G = K/G = 1 every dW element is a dot over positions alone, so these are CUDA-core FMA kernels.
+
+Config: ``block_m`` = ``BLOCK_W`` (output columns of a strip), ``block_n`` = channels, ``block_k`` = the most
+filter columns unrolled (``F_W ≤ block_k``, any ``F_H`` and ``F_D``), ``num_stages`` 2 = each row's loads
+issued one row ahead of its FMAs, ``split_k`` the splits.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from tiledispatch.native.configs import Family, KernelConfig
+from tiledispatch.native.kernels.base import Launch, Program, as3d, cdiv, int_type, pointer_type
+from tiledispatch.native.kernels.direct import _f32
+from tiledispatch.native.kernels.dwroll import _weight_item, _weight_program, _zeros_tuple
+from tiledispatch.native.kernels.split_reduce import split_reduce_launch, weight_partials_elements, with_split_reduce
+from tiledispatch.native.problem import ConvProblem, Direction
+
+_PARAMS = ("BATCH", "CHANNELS", "IN_D", "IN_H", "IN_W", "OUT_D", "OUT_H", "OUT_W", "F_D", "F_H", "F_W",
+           "STR_D", "STR_H", "STR_W", "DIL_D", "DIL_H", "DIL_W", "PAD_D", "PAD_H", "PAD_W", "ROWS", "ITEMS_PER_SPLIT")
+
+
+@triton.jit
+def _row_pair(x_ptr, dy_ptr, o, oh_end, th, STR_H, DIL_H, PAD_H, IN_H, dy_plane, x_plane, OUT_W, IN_W, C, dy_tile,
+              ow_ok, base_w, DIL_W, cols, col_ok, F_W, TAPS_W: tl.constexpr):
+    """Raw tiles of output row ``o``: its dY row and the input row filter row ``th`` pairs it with, at each
+    filter column's shift (nothing loads for rows past ``oh_end`` or input rows outside the tensor)."""
+    ih = o * STR_H - PAD_H + th * DIL_H
+    ok_row = (o < oh_end) & (ih >= 0) & (ih < IN_H)
+    dyv = tl.load(dy_ptr + (dy_plane + o) * OUT_W * C + dy_tile, mask=ow_ok & ok_row, other=0.0)
+    x_row = (x_plane + ih) * IN_W * C
+    xs = ()
+    for tw in tl.static_range(TAPS_W):
+        i_w = base_w + tw * DIL_W
+        # 0 ≤ i_w < IN_W as one unsigned compare (a negative i_w wraps past any size < 2^31).
+        ok = ok_row & (tw < F_W) & (i_w.to(tl.uint32, bitcast=True) < IN_W.to(tl.uint32))
+        xs = xs + (tl.load(x_ptr + x_row + ((i_w * C)[:, None] + cols[None, :]), mask=ok[:, None] & col_ok[None, :],
+                           other=0.0),)
+    return dyv, xs
+
+
+@triton.jit
+def _mac_taps(acc, dyv, xs, TAPS_W: tl.constexpr):
+    """acc[t_w] += dY · X shifted by filter column t_w, for every unrolled column."""
+    dyf = _f32(dyv)
+    out = ()
+    for tw in tl.static_range(TAPS_W):
+        out = out + (acc[tw] + dyf * _f32(xs[tw]),)
+    return out
+
+
+@triton.jit
+def _dwrow_bwd_weight_kernel(
+    x_ptr, dy_ptr, out_ptr,
+    BATCH, CHANNELS, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W, F_D, F_H, F_W,
+    STR_D, STR_H, STR_W, DIL_D, DIL_H, DIL_W, PAD_D, PAD_H, PAD_W, ROWS, ITEMS_PER_SPLIT,
+    BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr, TAPS_W: tl.constexpr, PREFETCH: tl.constexpr,
+    INDEX64: tl.constexpr,
+):
+    """See the module docstring. Grid = (channel blocks × F_D × F_H, split_k); program 0's axis runs channel
+    blocks fastest, so programs in flight share dY and input rows in L2."""
+    # _weight_program reads the depth tap from program_id(0) // channel blocks: here that is t_d·F_H + t_h.
+    C, tap_row, split, num_w, num_h, first, last, cols, col_ok, strip = _weight_program(
+        BATCH, CHANNELS, OUT_D, OUT_H, OUT_W, ROWS, ITEMS_PER_SPLIT, BLOCK_W, BLOCK_N)
+    th = tap_row % F_H
+    td = tap_row // F_H
+    acc = _zeros_tuple(TAPS_W, BLOCK_W, BLOCK_N)
+    for item in range(first, last):
+        pid_w, pid_h, od, n, i_d = _weight_item(item, num_w, num_h, OUT_D, STR_D, PAD_D, DIL_D, td, INDEX64)
+        if (i_d >= 0) & (i_d < IN_D):  # uniform: otherwise this depth tap sees only padding
+            ow = pid_w * BLOCK_W + strip
+            ow_ok = (ow < OUT_W)[:, None] & col_ok[None, :]
+            base_w = ow * STR_W - PAD_W
+            oh0 = pid_h * ROWS
+            oh_end = tl.minimum(oh0 + ROWS, OUT_H)
+            dy_plane = (n * OUT_D + od) * OUT_H
+            x_plane = (n * IN_D + i_d) * IN_H
+            dy_tile = (ow * C)[:, None] + cols[None, :]
+            if PREFETCH:
+                nxt_dy, nxt_x = _row_pair(x_ptr, dy_ptr, oh0, oh_end, th, STR_H, DIL_H, PAD_H, IN_H, dy_plane, x_plane,
+                                          OUT_W, IN_W, C, dy_tile, ow_ok, base_w, DIL_W, cols, col_ok, F_W, TAPS_W)
+                for o in range(oh0, oh_end):
+                    cur_dy = nxt_dy
+                    cur_x = nxt_x
+                    nxt_dy, nxt_x = _row_pair(x_ptr, dy_ptr, o + 1, oh_end, th, STR_H, DIL_H, PAD_H, IN_H, dy_plane,
+                                              x_plane, OUT_W, IN_W, C, dy_tile, ow_ok, base_w, DIL_W, cols, col_ok,
+                                              F_W, TAPS_W)
+                    acc = _mac_taps(acc, cur_dy, cur_x, TAPS_W)
+            else:
+                for o in range(oh0, oh_end):
+                    dyv, xs = _row_pair(x_ptr, dy_ptr, o, oh_end, th, STR_H, DIL_H, PAD_H, IN_H, dy_plane, x_plane,
+                                        OUT_W, IN_W, C, dy_tile, ow_ok, base_w, DIL_W, cols, col_ok, F_W, TAPS_W)
+                    acc = _mac_taps(acc, dyv, xs, TAPS_W)
+
+    # dW[k, tap] at k·taps + tap (C/G = 1), tap = (t_d·F_H + t_h)·F_W + t_w; split partials: workspace[split].
+    taps = F_D * F_H * F_W
+    out_ptrs = out_ptr + split.to(tl.int64) * (C * taps) + (cols * taps + tap_row * F_W)
+    for tw in tl.static_range(TAPS_W):
+        tl.store(out_ptrs + tw, tl.sum(acc[tw], axis=0).to(out_ptr.dtype.element_ty), mask=col_ok & (tw < F_W))
+
+
+def row_tiling(problem: ConvProblem, config: KernelConfig) -> tuple[int, int]:
+    """(ROWS, ITEMS_PER_SPLIT): whole output columns per work item unless that leaves splits without an item;
+    then row chunks until there are at least ``split_k`` items (no halo here: a chunk costs one more
+    first-row latency, nothing re-read), items split evenly."""
+    out_d, out_h, out_w = as3d(problem.output_size, 1)
+    strips = problem.batch * out_d * cdiv(out_w, config.block_m)
+    chunks = min(out_h, max(1, cdiv(config.split_k, strips)))
+    rows = cdiv(out_h, chunks)
+    items = strips * cdiv(out_h, rows)
+    return rows, cdiv(items, config.split_k)
+
+
+class DwrowBackwardWeight:
+    direction = Direction.BACKWARD_WEIGHT
+    families = frozenset({Family.DWROW})
+
+    def programs(self, config: KernelConfig) -> dict[str, Program]:
+        ptr = pointer_type(config.dtype)
+        ints = int_type(config)
+        out_type = "*fp32" if config.split_k > 1 else ptr
+        types = {"x_ptr": ptr, "dy_ptr": ptr, "out_ptr": out_type, **{name: ints for name in _PARAMS}}
+        constexprs = {"BLOCK_W": config.block_m, "BLOCK_N": config.block_n, "TAPS_W": config.block_k,
+                      "PREFETCH": config.num_stages == 2, "INDEX64": config.index64}
+        return with_split_reduce({"row": Program(_dwrow_bwd_weight_kernel, constexprs, types, config.num_warps, 1)},
+                                 config)
+
+    def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
+        return weight_partials_elements(problem, config)
+
+    def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
+        rows, items_per_split = row_tiling(problem, config)
+        in_d, in_h, in_w = as3d(problem.input_size, 1)
+        out_d, out_h, out_w = as3d(problem.output_size, 1)
+        f_d, f_h, f_w = as3d(problem.filter_size, 1)
+        str_d, str_h, str_w = as3d(problem.stride, 1)
+        dil_d, dil_h, dil_w = as3d(problem.dilation, 1)
+        pad_d, pad_h, pad_w = as3d(problem.pad_begin, 0)
+        target = workspace if config.split_k > 1 else out
+        grid = (cdiv(problem.in_channels, config.block_n) * f_d * f_h, config.split_k, 1)
+        args = (problem.batch, problem.in_channels, in_d, in_h, in_w, out_d, out_h, out_w, f_d, f_h, f_w,
+                str_d, str_h, str_w, dil_d, dil_h, dil_w, pad_d, pad_h, pad_w, rows, items_per_split)
+        launches = [Launch("row", grid, (first, second, target, *args))]
+        if config.split_k > 1:
+            launches.append(split_reduce_launch(config, workspace, out, problem.weight_elements))
+        return launches
