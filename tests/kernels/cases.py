@@ -267,8 +267,8 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
                                      8) for (block_w, block_n, num_warps), held, height in DWROLL_GPU_HELD]
             continue
         if family is Family.DWROW:
-            out += [KernelConfig(direction, dtype, ndim, family, block_w, block_n, width, warps, stages, 1, split_k, 1, 8)
-                    for block_w, block_n, width, warps, stages, split_k in DWROW_GPU_TILES]
+            out += [KernelConfig(direction, dtype, ndim, family, block_w, block_n, width, warps, stages, 1, split_k, 1,
+                                 8) for block_w, block_n, width, warps, stages, split_k in DWROW_GPU_TILES]
             continue
         if family is Family.GWALK:  # 2D bf16/fp16: held (32x32) and loaded (64x64) weights, 4 and 8 warps
             if ndim == 2 and dtype is not DType.FP32 and direction is Direction.BACKWARD_WEIGHT:
