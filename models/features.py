@@ -421,6 +421,20 @@ class FeatureEngine:
                 reduction[i] = geo["lanes_per_split"]
                 steps[i] = units_per_split * config.group_m
                 split_used[i] = _cdiv(geo["units"], units_per_split) / config.split_k
+            # dwrow.py: (channel blocks × F_D × F_H) × splits; a split walks a contiguous range of work items
+            # (image, output depth, column strip, row chunk), one dY row and block_k input shifts per row.
+            for i in np.flatnonzero(fam == analytic.FAMILY_CODES["dwrow"]):
+                config = table.configs[i]
+                rows, items_per_split = dwroll_tiling.dwrow_tiling(p, config)
+                f_d, f_h, _ = (1, *p.filter_size) if p.ndim == 2 else p.filter_size
+                out_d, out_h, out_w = (1, *p.output_size) if p.ndim == 2 else p.output_size
+                items = p.batch * out_d * _cdiv(out_w, config.block_m) * _cdiv(out_h, rows)
+                grid[i] = _cdiv(p.out_channels, config.block_n) * f_d * f_h * config.split_k
+                reduction[i] = items_per_split * rows * config.block_m
+                steps[i] = items_per_split * rows
+                split_used[i] = _cdiv(items, items_per_split) / config.split_k
+                tap_block[i] = p.filter_size[-1]
+                useful[i] = out_w / (_cdiv(out_w, config.block_m) * config.block_m)
             workspace = np.where(split > 1, split * float(p.weight_elements) * 4.0, 0.0)
         else:
             fwd = p.direction is Direction.FORWARD

@@ -259,6 +259,22 @@ DWROLL_PREFETCH_DATA_TILES = {3: ((32, 32, 4), (32, 64, 4), (64, 32, 4), (64, 16
 #: than the rolling walk on every layer measured (3D n8 c192: 136.5 vs 125.0 us), so not kept there.
 DWROLL_HELD_DATA_TILES = {7: ((64, 32, 4, 4), (16, 32, 4, 4))}
 
+#: dwrow (block_w, block_n, warps, num_stages, split_k) in ``default`` by ndim and filter width (block_k).
+#: H200 probe (bench/gpu/dwrow_probe.py, bench/results/2026-11-27_h200_s17/dwrow_probe): on the stride-2 3x3
+#: depthwise layers of MobileNetV2 (n32) one filter row per program beat every default kernel, 1.15-1.8x
+#: (c96 112x112: 80.3 -> 46.3 us, cuDNN 56.7; c144 56x56: 41.4 -> 24.8; c192 28x28: 18.5 -> 13.4; c576 14x14:
+#: 13.9 -> 12.1), where dwroll cannot run (stride-1 rows only) and direct reads a tap row at a time. On the
+#: stride-1 layers it lost to dwroll by 1.0-1.6x except 7x7 over 7x7 and 28x28 (34.9 vs 38.3, 76.8 vs 78.1 us):
+#: latency-bound row walks, more splits only slower. 3D: one 3x3x3 layer, 157 vs dwroll's 114 us; kept for
+#: strided 3D layers, which dwroll cannot run. 5x5 untimed: the 7x7 tiles.
+DWROW_WEIGHT_TILES = {
+    2: {3: ((32, 32, 4, 2, 32), (32, 32, 4, 2, 64), (32, 16, 4, 2, 32), (16, 32, 4, 2, 16), (16, 32, 4, 2, 32),
+            (8, 64, 4, 2, 16), (8, 64, 4, 2, 32), (8, 64, 4, 2, 64), (16, 64, 4, 2, 64), (64, 32, 4, 2, 128)),
+        5: ((8, 64, 4, 2, 16), (16, 32, 4, 2, 16), (32, 32, 4, 1, 16)),
+        7: ((8, 64, 4, 2, 16), (16, 32, 4, 2, 16), (32, 32, 4, 1, 16))},
+    3: {3: ((32, 32, 4, 2, 64), (8, 64, 4, 2, 32))},
+}
+
 #: Split-K forward / backward-data tiles in ``default`` (block_m, block_n, block_k; 4 warps, 3 stages, v8,
 #: bf16/fp16, igemm in 2D and 3D, gemm1x1 in 2D) and their splits: for problems whose GEMM M is small
 #: (batch-1 inference), where the (m, n) tiles alone leave most SMs idle and each CTA walks a long
@@ -314,7 +330,12 @@ def _default_rule(config: KernelConfig) -> bool:
     """The registry shipped and measured by default: a few hundred kernels per (direction, dtype)."""
     c = config
     if c.family is Family.DWROW:
-        return False  # not measured yet
+        if c.index64 or c.dtype is DType.FP32:
+            return False
+        tile = (c.block_m, c.block_n, c.num_warps, c.num_stages, c.split_k)
+        if tile == (64, 16, 4, 1, 1):  # the unsplit path, for CI's compile check
+            return c.block_k == 3
+        return tile in DWROW_WEIGHT_TILES[c.ndim].get(c.block_k, ())
     if c.family is Family.DWROLL:
         if c.index64 or c.dtype is DType.FP32 or (c.ndim == 3 and c.block_k != 3):
             return False  # 3D: the 3x3x3 filters video networks use
@@ -490,6 +511,8 @@ def _tiny_rule(config: KernelConfig) -> bool:
             return True
         return (c.block_m, c.block_n, c.block_k) in ((16, 64, 3), (32, 32, 3)) and c.split_k in (1, 16) \
             and (c.num_stages, c.block_m) in ((1, 16), (2, 32))
+    if c.family is Family.DWROW:  # the unsplit path and one split tile
+        return (c.block_m, c.block_n, c.block_k, c.split_k) in ((64, 16, 3, 1), (32, 32, 3, 64))
     if c.family is Family.DIRECT:  # (+ one depthwise tap-row instance per direction: cheap binaries)
         if c.block_k > 1:
             tap_rows = (32, 32) if c.direction is Direction.BACKWARD_WEIGHT else (64, 32)

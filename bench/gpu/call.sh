@@ -155,5 +155,5 @@ case ${1:?synth, complete, torch, refresh, probe, configs, l1, dwrow, held, test
     tail -3 "$WORK/logs/gpu_tests_kernels.txt"
     ;;
 esac
-tar -czf "$OUT/results.tar.gz" -C "$WORK" --exclude=registry . 2>/dev/null
+tar -czf "$OUT/results.tar.gz" -C "$WORK" --exclude=registry --exclude=test_registry . 2>/dev/null
 echo "elapsed $(( $(date +%s) - start )) s"

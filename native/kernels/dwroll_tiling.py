@@ -1,5 +1,6 @@
 """How the dwroll launchers tile a problem (``native/kernels/dwroll.py``), without Triton: row chunks,
-the forward pass each direction runs, backward-weight work items. Shared by the launchers and the
+the forward pass each direction runs, backward-weight work items; and the work items of the dwrow
+backward-weight launcher (``native/kernels/dwrow.py``). Shared by the launchers and the
 feature engine (``models/features.py``), which evaluates :func:`row_chunk` over arrays of configs.
 
 A program owns a strip of ``block_m`` output columns × ``block_n`` channels at one ``(n, o_d)`` and a
@@ -61,6 +62,19 @@ def weight_tiling(problem: ConvProblem, config: KernelConfig) -> tuple[int, int]
     out_d, out_h, out_w = as3d(problem.output_size, 1)
     strips = problem.batch * out_d * cdiv(out_w, config.block_m)
     rows = int(row_chunk(strips * cdiv(TARGET_PROGRAMS, config.split_k), out_h, problem.filter_size[-2]))
+    items = strips * cdiv(out_h, rows)
+    return rows, cdiv(items, config.split_k)
+
+
+def dwrow_tiling(problem: ConvProblem, config: KernelConfig) -> tuple[int, int]:
+    """(ROWS, ITEMS_PER_SPLIT) of a dwrow backward-weight launch (``dwrow.py``): whole output columns per
+    work item unless that leaves splits without an item; then row chunks until there are at least
+    ``split_k`` items (no halo here: a chunk costs one more first-row latency, nothing re-read), items
+    split evenly."""
+    out_d, out_h, out_w = as3d(problem.output_size, 1)
+    strips = problem.batch * out_d * cdiv(out_w, config.block_m)
+    chunks = min(out_h, max(1, cdiv(config.split_k, strips)))
+    rows = cdiv(out_h, chunks)
     items = strips * cdiv(out_h, rows)
     return rows, cdiv(items, config.split_k)
 

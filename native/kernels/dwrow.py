@@ -33,6 +33,7 @@ from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.kernels.base import Launch, Program, as3d, cdiv, int_type, pointer_type
 from tiledispatch.native.kernels.direct import _f32
 from tiledispatch.native.kernels.dwroll import _weight_item, _weight_program, _zeros_tuple
+from tiledispatch.native.kernels.dwroll_tiling import dwrow_tiling
 from tiledispatch.native.kernels.split_reduce import split_reduce_launch, weight_partials_elements, with_split_reduce
 from tiledispatch.native.problem import ConvProblem, Direction
 
@@ -119,18 +120,6 @@ def _dwrow_bwd_weight_kernel(
         tl.store(out_ptrs + tw, tl.sum(acc[tw], axis=0).to(out_ptr.dtype.element_ty), mask=col_ok & (tw < F_W))
 
 
-def row_tiling(problem: ConvProblem, config: KernelConfig) -> tuple[int, int]:
-    """(ROWS, ITEMS_PER_SPLIT): whole output columns per work item unless that leaves splits without an item;
-    then row chunks until there are at least ``split_k`` items (no halo here: a chunk costs one more
-    first-row latency, nothing re-read), items split evenly."""
-    out_d, out_h, out_w = as3d(problem.output_size, 1)
-    strips = problem.batch * out_d * cdiv(out_w, config.block_m)
-    chunks = min(out_h, max(1, cdiv(config.split_k, strips)))
-    rows = cdiv(out_h, chunks)
-    items = strips * cdiv(out_h, rows)
-    return rows, cdiv(items, config.split_k)
-
-
 class DwrowBackwardWeight:
     direction = Direction.BACKWARD_WEIGHT
     families = frozenset({Family.DWROW})
@@ -149,7 +138,7 @@ class DwrowBackwardWeight:
         return weight_partials_elements(problem, config)
 
     def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
-        rows, items_per_split = row_tiling(problem, config)
+        rows, items_per_split = dwrow_tiling(problem, config)
         in_d, in_h, in_w = as3d(problem.input_size, 1)
         out_d, out_h, out_w = as3d(problem.output_size, 1)
         f_d, f_h, f_w = as3d(problem.filter_size, 1)
