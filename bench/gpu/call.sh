@@ -9,7 +9,8 @@
 #             'fwd bwd_data') on the bf16 training and
 #             validation problems already measured (completion sweeps, training timing), then what is left of synth.
 #   torch:    the PyTorch integration's and the service's GPU tests (the service needs grpcio >= 1.85.1 and its
-#             companions: wheels in .whl), the e2e benchmark eager + CUDA graphs (TESTS=0: no tests; E2E=0: no e2e).
+#             companions: wheels in .whl), the e2e benchmark eager + CUDA graphs (TESTS=0: no tests; SERVICE=0: not
+#             the service's; E2E=0: no e2e).
 #   tests:    every kernel GPU test (TESTS_K: a pytest -k expression).
 #   probe:    bench/gpu/walk_probe.py (PROBE_DIRECTIONS, default bwd_weight) into $WORK/walk_probe.
 #   refresh:  for each direction of DIRS (default 'bwd_weight fwd bwd_data'), the training and validation problems of
@@ -83,7 +84,7 @@ case ${1:?synth, complete, torch, refresh, probe, configs, l1, dwrow, held, test
   torch)
     if [ "${TESTS:-1}" != 0 ]; then
       TILEDISPATCH_REGISTRY_DIR="$REG" timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/integrations/test_torch_gpu.py tests/integrations/test_torch_dispatch.py ${TORCH_TESTS:+-k "$TORCH_TESTS"} > "$WORK/logs/gpu_tests_torch.txt" 2>&1; tail -3 "$WORK/logs/gpu_tests_torch.txt"
-      TILEDISPATCH_REGISTRY_DIR="$REG" timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/service/test_gpu_server.py > "$WORK/logs/gpu_tests_service.txt" 2>&1; tail -3 "$WORK/logs/gpu_tests_service.txt"
+      [ "${SERVICE:-1}" = 0 ] || { TILEDISPATCH_REGISTRY_DIR="$REG" timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/service/test_gpu_server.py > "$WORK/logs/gpu_tests_service.txt" 2>&1; tail -3 "$WORK/logs/gpu_tests_service.txt"; }
     fi
     [ "${E2E:-1}" = 0 ] || TILEDISPATCH_REGISTRY_DIR="$REG" timeout "$(left)" python3 bench/torch_e2e.py --cuda-graph ${E2E_ARGS:-} --models ${MODELS:-mobilenet_v2,convnext_tiny,resnext50_32x4d} --batches ${BATCHES:-32,128} --steps 10 --rounds ${ROUNDS:-5} --warmup ${WARMUP:-3} --out-dir "$WORK/torch_e2e" > "$WORK/logs/torch_e2e.txt" 2>&1; echo "e2e rc $?"; grep -E "batch|speedup|CUDA graphs" "$WORK/logs/torch_e2e.txt" | tail -20
     ;;
