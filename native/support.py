@@ -167,9 +167,9 @@ def _gwalk_weight_refusal(problem: ConvProblem, config: KernelConfig) -> str:
 def _dwroll_refusal(problem: ConvProblem, config: KernelConfig) -> str:
     """Why a ``dwroll`` kernel cannot run the problem ('' when it can): depthwise, rows walked with
     stride 1 and dilation 1 (backward-data: every stride 1), the filter height the kernel unrolls."""
-    if problem.c_per_group != 1 or problem.k_per_group != 1:
-        return (f"in_channels/out_channels: dwroll kernels are for depthwise problems (C/G = K/G = 1), got "
-                f"{problem.c_per_group}/{problem.k_per_group}")
+    refusal = _depthwise_rows_refusal(problem, config)
+    if refusal:
+        return refusal
     if problem.stride[-2] != 1 or problem.dilation[-2] != 1:
         return (f"stride/dilation: dwroll kernels walk the rows with stride 1 and dilation 1, got stride "
                 f"{list(problem.stride)}, dilation {list(problem.dilation)}")
@@ -179,25 +179,31 @@ def _dwroll_refusal(problem: ConvProblem, config: KernelConfig) -> str:
     if filter_h != config.block_k or filter_w > config.block_k:
         return (f"filter_size: dwroll block_k {config.block_k} runs filters {config.block_k} high and at most "
                 f"{config.block_k} wide, got {list(problem.filter_size)}")
+    return ""
+
+
+def _depthwise_rows_refusal(problem: ConvProblem, config: KernelConfig) -> str:
+    """What dwroll and dwrow both need ('' when it holds): a depthwise problem, and one row of the input or the
+    output (W·C elements) within 32-bit offsets."""
+    family = config.family.value
+    if problem.c_per_group != 1 or problem.k_per_group != 1:
+        return (f"in_channels/out_channels: {family} kernels are for depthwise problems (C/G = K/G = 1), got "
+                f"{problem.c_per_group}/{problem.k_per_group}")
     widest = max(problem.input_size[-1], problem.output_size[-1]) * problem.in_channels
     if widest > INT32_INDEX_LIMIT:
-        return f"input_size/in_channels: one row of {widest} elements exceeds 2^31-1 (dwroll row offsets are 32-bit)"
+        return (f"input_size/in_channels: one row of {widest} elements exceeds 2^31-1 ({family} row offsets are "
+                "32-bit)")
     return ""
 
 
 def _dwrow_refusal(problem: ConvProblem, config: KernelConfig) -> str:
     """Why a ``dwrow`` kernel cannot run the problem ('' when it can): depthwise, a filter at most ``block_k``
     wide (any height, depth, stride, dilation and padding), 32-bit row offsets."""
-    if problem.c_per_group != 1 or problem.k_per_group != 1:
-        return (f"in_channels/out_channels: dwrow kernels are for depthwise problems (C/G = K/G = 1), got "
-                f"{problem.c_per_group}/{problem.k_per_group}")
-    if problem.filter_size[-1] > config.block_k:
-        return (f"filter_size: dwrow block_k {config.block_k} unrolls at most {config.block_k} filter columns, "
-                f"got {list(problem.filter_size)}")
-    widest = max(problem.input_size[-1], problem.output_size[-1]) * problem.in_channels
-    if widest > INT32_INDEX_LIMIT:
-        return f"input_size/in_channels: one row of {widest} elements exceeds 2^31-1 (dwrow row offsets are 32-bit)"
-    return ""
+    refusal = _depthwise_rows_refusal(problem, config)
+    if refusal or problem.filter_size[-1] <= config.block_k:
+        return refusal
+    return (f"filter_size: dwrow block_k {config.block_k} unrolls at most {config.block_k} filter columns, "
+            f"got {list(problem.filter_size)}")
 
 
 def _tma_refusal(problem: ConvProblem, config: KernelConfig) -> str:

@@ -283,6 +283,37 @@ def test_dwroll_backward_data_needs_stride_one():
     assert not support and "stride" in support.reason
 
 
+# ---- dwrow: depthwise backward-weight by filter row ---------------------------------------------------------
+
+def _dwrow(width=3, ndim=2) -> KernelConfig:
+    return KernelConfig(Direction.BACKWARD_WEIGHT, DType.BF16, ndim, Family.DWROW, 32, 32, width, 4, 2, 1, 32, 1, 8)
+
+
+def test_dwrow_runs_any_filter_height_stride_and_dilation_up_to_its_width():
+    weight = dict(direction="bwd_weight")
+    assert is_supported(_depthwise(**weight), _dwrow())
+    assert is_supported(_depthwise(**weight, stride=(2, 3), dilation=(2, 1)), _dwrow())  # rows strided too
+    tall = _depthwise(**weight, filter_size=(9, 2), pad_begin=(4, 0), pad_end=(4, 1))  # 9 high, 2 wide
+    assert is_supported(tall, _dwrow())
+    assert is_supported(problem(direction="bwd_weight", groups=16, in_channels=16, out_channels=16,
+                                input_size=(4, 6, 6), filter_size=(3, 3, 3), stride=(2, 2, 2), dilation=(1, 1, 1),
+                                pad_begin=(1, 1, 1), pad_end=(1, 1, 1)), _dwrow(ndim=3))
+
+
+@pytest.mark.parametrize("overrides, width, field", [
+    (dict(groups=32), 3, "in_channels/out_channels"),                                       # C/G = 2
+    (dict(filter_size=(3, 5), pad_begin=(1, 2), pad_end=(1, 2)), 3, "filter_size"),        # wider than unrolled
+    (dict(groups=60, in_channels=60, out_channels=60), 3, "in_channels/out_channels"),     # not 8-aligned
+    (dict(groups=2**22, in_channels=2**22, out_channels=2**22, input_size=(4, 600), batch=1), 3, "input_size"),
+])
+def test_dwrow_refusals_name_the_field(overrides, width, field):
+    config = _dwrow(width)
+    if field == "input_size":  # a row of more than 2^31 elements: past what even the 64-bit-indexed kernels take
+        config = dataclasses.replace(config, index64=True)
+    support = is_supported(_depthwise(direction="bwd_weight", **overrides), config)
+    assert not support and support.reason.startswith(field), support.reason
+
+
 # ---- gwalk: 2D 3x3 stride-1 grouped walks ------------------------------------------------------------------
 
 def _walk(direction=Direction.FORWARD, side=32, merge=4) -> KernelConfig:

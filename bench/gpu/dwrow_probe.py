@@ -13,7 +13,6 @@ Every kernel is compiled by the registry's own build (``rule_set="probe"``) into
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import sys
@@ -21,9 +20,8 @@ import time
 from pathlib import Path
 
 import torch
-from probe_rows import ProbeRows
+from probe_rows import ProbeRows, compiled_call, probe_main
 
-from tiledispatch.native import launch
 from tiledispatch.native.bench import BenchSettings, _cudnn_call, environment_manifest, measure_ceilings, new_setup
 from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.problem import ConvProblem, Direction, DType
@@ -110,10 +108,7 @@ def run(out: Path, workers: int) -> int:
                     print(f"  {config.name:66s} {result.status} ({result.registers} registers, "
                           f"{result.stack_bytes} stack bytes)", flush=True)
                 continue
-
-            def call(i, c=config, p=problem, su=setup):
-                return launch.run(p, c, su.first[i], su.second[i], su.out[i], backend="compiled", loader=loader,
-                                  check_support=False)
+            call = compiled_call(problem, config, setup, loader)
             probe.record(problem, setup, config.name, call, registers=result.registers if result else 0,
                          stack_bytes=result.stack_bytes if result else 0)
         del setup
@@ -121,14 +116,7 @@ def run(out: Path, workers: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--workers", type=int, default=16)
-    args = parser.parse_args(argv)
-    started = time.time()
-    code = run(args.out, args.workers)
-    print(f"dwrow probe done in {time.time() - started:.0f}s", flush=True)
-    return code
+    return probe_main(__doc__.splitlines()[0], "dwrow", run, argv)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ registry's own build (``rule_set="probe"``) into ``/tmp/held_registry``.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import sys
@@ -21,9 +20,8 @@ import time
 from pathlib import Path
 
 import torch
-from probe_rows import ProbeRows
+from probe_rows import ProbeRows, compiled_call, probe_main
 
-from tiledispatch.native import launch
 from tiledispatch.native.bench import BenchSettings, _cudnn_call, environment_manifest, measure_ceilings, new_setup
 from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.problem import ConvProblem, Direction, DType
@@ -96,24 +94,13 @@ def run(out: Path, workers: int) -> int:
         for config in base + held:
             if config.name not in registry.entries:
                 continue  # its build failed: the build log says why
-
-            def call(i, c=config, p=problem, su=setup):
-                return launch.run(p, c, su.first[i], su.second[i], su.out[i], backend="compiled", loader=loader,
-                                  check_support=False)
-            record(problem, setup, config.name, call)
+            record(problem, setup, config.name, compiled_call(problem, config, setup, loader))
         del setup
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--workers", type=int, default=16)
-    args = parser.parse_args(argv)
-    started = time.time()
-    code = run(args.out, args.workers)
-    print(f"held probe done in {time.time() - started:.0f}s", flush=True)
-    return code
+    return probe_main(__doc__.splitlines()[0], "held", run, argv)
 
 
 if __name__ == "__main__":

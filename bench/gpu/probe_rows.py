@@ -1,19 +1,25 @@
-"""One probe measurement per row, shared by the kernel probes (``walk_probe.py``, ``held_probe.py``): the
-variant's output poisoned with NaN, checked against the float64 reference (DESIGN §4 limits), timed as the tile
-engine times (``native.bench._time_callable``: rotated input sets, CUDA-graph replay, median of 5), and the
-rows so far rewritten atomically (temp file + ``os.replace``) after each one, so a stopped probe keeps them.
+"""One probe measurement per row, shared by the kernel probes (``walk_probe.py``, ``held_probe.py``,
+``dwrow_probe.py``): the variant's output poisoned with NaN, checked against the float64 reference (DESIGN §4
+limits), timed as the tile engine times (``native.bench._time_callable``: rotated input sets, CUDA-graph replay,
+median of 5), and the rows so far rewritten atomically (temp file + ``os.replace``) after each one, so a stopped
+probe keeps them; and the probes' shared command line and compiled-kernel call.
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
 import math
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
+from tiledispatch.native import launch
 from tiledispatch.native.accuracy import RELATIVE_ERROR_LIMIT
 from tiledispatch.native.bench import BenchSettings, Ceilings, _grouped_result, _time_callable
+from tiledispatch.native.configs import KernelConfig
 from tiledispatch.native.problem import ConvProblem
 
 
@@ -49,3 +55,23 @@ class ProbeRows:
             writer.writerows(self.rows)
         tmp.replace(self.path)
         return row
+
+
+def compiled_call(problem: ConvProblem, config: KernelConfig, setup, loader) -> Callable[[int], object]:
+    """``call(i)`` for :meth:`ProbeRows.record`: ``config``'s registry binaries on input set ``i`` of ``setup``."""
+    def call(i: int):
+        return launch.run(problem, config, setup.first[i], setup.second[i], setup.out[i], backend="compiled",
+                          loader=loader, check_support=False)
+    return call
+
+
+def probe_main(description: str, name: str, run: Callable[[Path, int], int], argv: list[str] | None = None) -> int:
+    """The probes' command line: ``--out DIR`` and ``--workers N`` (build processes) into ``run(out, workers)``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--workers", type=int, default=16)
+    args = parser.parse_args(argv)
+    started = time.time()
+    code = run(args.out, args.workers)
+    print(f"{name} probe done in {time.time() - started:.0f}s", flush=True)
+    return code
