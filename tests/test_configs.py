@@ -15,7 +15,7 @@ from tiledispatch.native.rules import rule_set_configs
 
 # The grammar, written out independently of configs._NAME_RE.
 GRAMMAR = re.compile(
-    r"gconv_(fwd|bwd_data|bwd_weight)_(bf16|fp16|fp32)_([23])d_(igemm|gmerge|gemm1x1|direct|tma|dwroll|gwalk)"
+    r"gconv_(fwd|bwd_data|bwd_weight)_(bf16|fp16|fp32)_([23])d_(igemm|gmerge|gemm1x1|direct|tma|dwroll|gwalk|dwrow)"
     r"_([1-9][0-9]*)x([1-9][0-9]*)x([1-9][0-9]*)_w([1-9][0-9]*)_s([1-9][0-9]*)_gm([1-9][0-9]*)"
     r"_sk([1-9][0-9]*)_mg([1-9][0-9]*)_v(1|8)_i(32|64)"
 )
@@ -250,8 +250,9 @@ def test_resource_estimates():
     eight = dataclasses.replace(config, num_warps=8)
     assert eight.accumulator_registers == 32
     assert KernelConfig(**direct()).smem_bytes_estimate == 0
-    assert not Family.DIRECT.uses_tensor_cores and not Family.DWROLL.uses_tensor_cores
-    assert all(f.uses_tensor_cores for f in Family if f not in (Family.DIRECT, Family.DWROLL))
+    cuda_core = (Family.DIRECT, Family.DWROLL, Family.DWROW)
+    assert not any(f.uses_tensor_cores for f in cuda_core)
+    assert all(f.uses_tensor_cores for f in Family if f not in cuda_core)
 
 
 @pytest.mark.parametrize("fields, message", [
@@ -272,3 +273,20 @@ def test_dwroll_config_rules(fields, message):
         KernelConfig(**{**base, **fields})
     held = KernelConfig(**{**base, "group_m": 8})  # the most rows a program holds
     assert held.name == "gconv_fwd_bf16_2d_dwroll_16x64x5_w4_s1_gm8_sk1_mg1_v8_i32"
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(block_k=8), "filter width must be 1..7"),
+    (dict(block_k=0), "filter width must be 1..7"),
+    (dict(vec=1), "vec=8"),
+    (dict(num_stages=3), "num_stages=1"),
+    (dict(group_m=2), "group_m=1"),
+    (dict(block_n=24), "block_n: must be a power of two"),
+    (dict(direction=Direction.FORWARD, split_k=1), "dwrow kernels run bwd_weight"),
+])
+def test_dwrow_config_rules(fields, message):
+    base = dict(direction=Direction.BACKWARD_WEIGHT, dtype=DType.BF16, ndim=3, family=Family.DWROW, block_m=32,
+                block_n=32, block_k=5, num_warps=4, num_stages=2, split_k=64, vec=8)
+    assert KernelConfig(**base).name == "gconv_bwd_weight_bf16_3d_dwrow_32x32x5_w4_s2_gm1_sk64_mg1_v8_i32"
+    with pytest.raises(ConfigError, match=message):
+        KernelConfig(**{**base, **fields})
