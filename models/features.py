@@ -58,6 +58,7 @@ from tiledispatch.models import analytic
 from tiledispatch.native.arch import ArchSpec, get_arch
 from tiledispatch.native.configs import KernelConfig
 from tiledispatch.native.kernels import dwroll_tiling
+from tiledispatch.native.kernels.base import as3d
 from tiledispatch.native.kernels.direct_tiling import bwd_weight_tiling
 from tiledispatch.native.kernels.gwalk_geometry import weight_walk_geometry
 from tiledispatch.native.problem import ConvProblem, Direction, ProblemClass
@@ -425,10 +426,9 @@ class FeatureEngine:
             # (image, output depth, column strip, row chunk), one dY row and block_k input shifts per row.
             for i in np.flatnonzero(fam == analytic.FAMILY_CODES["dwrow"]):
                 config = table.configs[i]
-                rows, items_per_split = dwroll_tiling.dwrow_tiling(p, config)
-                f_d, f_h, _ = (1, *p.filter_size) if p.ndim == 2 else p.filter_size
-                out_d, out_h, out_w = (1, *p.output_size) if p.ndim == 2 else p.output_size
-                items = p.batch * out_d * _cdiv(out_w, config.block_m) * _cdiv(out_h, rows)
+                rows, items_per_split, items = dwroll_tiling.dwrow_tiling(p, config)
+                f_d, f_h, _ = as3d(p.filter_size, 1)
+                out_w = p.output_size[-1]
                 grid[i] = _cdiv(p.out_channels, config.block_n) * f_d * f_h * config.split_k
                 reduction[i] = items_per_split * rows * config.block_m
                 steps[i] = items_per_split * rows

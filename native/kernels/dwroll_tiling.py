@@ -66,9 +66,9 @@ def weight_tiling(problem: ConvProblem, config: KernelConfig) -> tuple[int, int]
     return rows, cdiv(items, config.split_k)
 
 
-def dwrow_tiling(problem: ConvProblem, config: KernelConfig) -> tuple[int, int]:
-    """(ROWS, ITEMS_PER_SPLIT) of a dwrow backward-weight launch (``dwrow.py``): whole output columns per
-    work item unless that leaves splits without an item; then row chunks until there are at least
+def dwrow_tiling(problem: ConvProblem, config: KernelConfig) -> tuple[int, int, int]:
+    """(ROWS, ITEMS_PER_SPLIT, work items) of a dwrow backward-weight launch (``dwrow.py``): whole output
+    columns per work item unless that leaves splits without an item; then row chunks until there are at least
     ``split_k`` items (no halo here: a chunk costs one more first-row latency, nothing re-read), items
     split evenly."""
     out_d, out_h, out_w = as3d(problem.output_size, 1)
@@ -76,7 +76,7 @@ def dwrow_tiling(problem: ConvProblem, config: KernelConfig) -> tuple[int, int]:
     chunks = min(out_h, max(1, cdiv(config.split_k, strips)))
     rows = cdiv(out_h, chunks)
     items = strips * cdiv(out_h, rows)
-    return rows, cdiv(items, config.split_k)
+    return rows, cdiv(items, config.split_k), items
 
 
 #: Elements per thread up to which a 2D 3×3 forward / backward-data program holds its channel block's

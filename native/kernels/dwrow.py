@@ -142,7 +142,7 @@ class DwrowBackwardWeight:
         return weight_partials_elements(problem, config)
 
     def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
-        rows, items_per_split = dwrow_tiling(problem, config)
+        rows, items_per_split, _ = dwrow_tiling(problem, config)
         in_d, in_h, in_w = as3d(problem.input_size, 1)
         out_d, out_h, out_w = as3d(problem.output_size, 1)
         f_d, f_h, f_w = as3d(problem.filter_size, 1)
