@@ -46,26 +46,31 @@ def test_kernel_matches_float64_reference(case, dtype):
 
 @pytest.mark.parametrize("family", ["igemm", "gmerge", "gemm1x1"])
 def test_backward_weight_sums_long_reductions_in_promoted_chunks(monkeypatch, family):
-    """Chunks of 2 blocks (instead of 16384 positions) so the tiny problem crosses several chunk
-    boundaries, with and without split-K."""
+    """Chunks of one block (instead of 16384 positions) so each split of the tiny problem crosses chunk
+    boundaries, with and without split-K: fp16, whose tensor-core sums are the ones promoted, so the
+    launch runs the chunked ``main`` (its splits are longer than the patched limit), not ``flat``."""
     from tiledispatch.native import launch, reference
     from tiledispatch.native.configs import Family
     from tiledispatch.native.kernels import igemm_bwd_weight
     from tiledispatch.native.problem import Direction
 
-    monkeypatch.setattr(igemm_bwd_weight, "PROMOTE_POSITIONS", 32)  # BLOCK_K 16: 2 blocks a chunk
+    monkeypatch.setattr(igemm_bwd_weight, "PROMOTE_POSITIONS", 16)  # BLOCK_K 16: one block a chunk
     label = "aligned_1x1" if family == "gemm1x1" else "grouped_odd"
-    prob = problem(Direction.BACKWARD_WEIGHT, DType.FP32, 2, label)
+    dtype = DType.FP16
+    prob = problem(Direction.BACKWARD_WEIGHT, dtype, 2, label)
     for split_k in (1, 2):
-        config = small_config(Direction.BACKWARD_WEIGHT, DType.FP32, 2, Family(family), split_k=split_k,
+        config = small_config(Direction.BACKWARD_WEIGHT, dtype, 2, Family(family), split_k=split_k,
                               vec=8 if family == "gemm1x1" else 1)
         assert is_supported(prob, config), is_supported(prob, config).reason
-        assert igemm_bwd_weight.IgemmBackwardWeight().programs(config)["main"].constexprs["PROMOTE_BLOCKS"] == 2
+        main = igemm_bwd_weight.IgemmBackwardWeight().programs(config)["main"]
+        assert main.constexprs["PROMOTE_BLOCKS"] == 1 and main.constexprs["PROMOTE"]
+        assert igemm_bwd_weight.split_positions(prob, config) >= 2 * 16  # two chunks or more a split
+        assert not igemm_bwd_weight.uses_flat_program(prob, config)
         generator = torch.Generator().manual_seed(torch.seed() % (2**31))
-        first = torch.randn(prob.operand_shapes[0], generator=generator)
-        second = torch.randn(prob.operand_shapes[1], generator=generator)
-        out = torch.full(prob.operand_shapes[2], float("nan"))
+        first = torch.randn(prob.operand_shapes[0], generator=generator).to(torch.float16)
+        second = torch.randn(prob.operand_shapes[1], generator=generator).to(torch.float16)
+        out = torch.full(prob.operand_shapes[2], float("nan"), dtype=torch.float16)
         launch.run(prob, config, first, second, out, backend="interpret")
         expected = reference.run_reference(prob, first.double().numpy(), second.double().numpy())
         error = reference.relative_error(out.double().numpy(), expected)
-        assert error <= RELATIVE_ERROR_LIMIT[DType.FP32], f"{config.name}: relative error {error:.3g}"
+        assert error <= RELATIVE_ERROR_LIMIT[dtype], f"{config.name}: relative error {error:.3g}"
