@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from tests.kernels.cases import case_id, cases, problem, small_config
@@ -47,8 +49,8 @@ def test_kernel_matches_float64_reference(case, dtype):
 @pytest.mark.parametrize("family", ["igemm", "gmerge", "gemm1x1"])
 def test_backward_weight_sums_long_reductions_in_promoted_chunks(monkeypatch, family):
     """Chunks of one block (instead of 16384 positions) so each split of the tiny problem crosses chunk
-    boundaries, with and without split-K: fp16, whose tensor-core sums are the ones promoted, so the
-    launch runs the chunked ``main`` (its splits are longer than the patched limit), not ``flat``."""
+    boundaries, with and without split-K. fp16: its tensor-core sums are the ones promoted (exact fp32 dots
+    are summed in one chunk, so an fp32 run of this test would not reach the chunk loop)."""
     from tiledispatch.native import launch, reference
     from tiledispatch.native.configs import Family
     from tiledispatch.native.kernels import igemm_bwd_weight
@@ -58,14 +60,13 @@ def test_backward_weight_sums_long_reductions_in_promoted_chunks(monkeypatch, fa
     label = "aligned_1x1" if family == "gemm1x1" else "grouped_odd"
     dtype = DType.FP16
     prob = problem(Direction.BACKWARD_WEIGHT, dtype, 2, label)
+    assert prob.batch * math.prod(prob.output_size) >= 2 * 2 * 16  # two splits of two chunks or more
     for split_k in (1, 2):
         config = small_config(Direction.BACKWARD_WEIGHT, dtype, 2, Family(family), split_k=split_k,
                               vec=8 if family == "gemm1x1" else 1)
         assert is_supported(prob, config), is_supported(prob, config).reason
         main = igemm_bwd_weight.IgemmBackwardWeight().programs(config)["main"]
-        assert main.constexprs["PROMOTE_BLOCKS"] == 1 and main.constexprs["PROMOTE"]
-        assert igemm_bwd_weight.split_positions(prob, config) >= 2 * 16  # two chunks or more a split
-        assert not igemm_bwd_weight.uses_flat_program(prob, config)
+        assert main.constexprs["PROMOTE_BLOCKS"] == 1 and main.constexprs["DOT_PRECISION"] != "ieee"
         generator = torch.Generator().manual_seed(torch.seed() % (2**31))
         first = torch.randn(prob.operand_shapes[0], generator=generator).to(torch.float16)
         second = torch.randn(prob.operand_shapes[1], generator=generator).to(torch.float16)
