@@ -24,6 +24,8 @@
 #             Compute profiles of PROFILES ("kernel@problem-key ...", bench/gpu/profiles.sh) from that registry.
 #   dwrow:    bench/gpu/dwrow_probe.py (depthwise backward-weight, one filter row per program, beside default's
 #             depthwise kernels and cuDNN) into $WORK/dwrow_probe; then TESTS_K's kernel GPU tests when set.
+#   harness:  bench/gpu/harness_check.py (the same kernels timed as the sweep and as the probes time them, in one
+#             process) into $WORK/harness, then td bench on its problems and registry (the sweep's worker) (BUILD=0).
 #   variants: for each value v of $VARIANTS, export $VARIANT_ENV=v (a source switch a probe commit carries), build
 #             the default registry again (only the switched kernels compile) and bench the dev suite with
 #             $VARIANT_ARGS (e.g. --direction bwd_weight --families igemm,gmerge,gemm1x1) into $WORK/variant_v.
@@ -57,7 +59,7 @@ synth() {
   grep -A9 "^## Targets" "$WORK/report_synthetic/report.md"
   cp -r "$SYN" "$WORK/synthetic"
 }
-case ${1:?synth, complete, torch, refresh, probe, configs, l1, dwrow, held, tests, variants or dev} in
+case ${1:?synth, complete, torch, refresh, probe, configs, l1, dwrow, harness, held, tests, variants or dev} in
   synth) synth ;;
   complete)
     M=models/data/measured
@@ -143,6 +145,13 @@ case ${1:?synth, complete, torch, refresh, probe, configs, l1, dwrow, held, test
       TILEDISPATCH_TEST_REGISTRY="$WORK/test_registry" timeout "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider \
         tests/kernels/test_gpu.py -k "$TESTS_K" > "$WORK/logs/gpu_tests_dwrow.txt" 2>&1; tail -3 "$WORK/logs/gpu_tests_dwrow.txt"
     fi
+    ;;
+  harness)
+    timeout "$(left)" python3 bench/gpu/harness_check.py --out "$WORK/harness" > "$WORK/logs/harness.txt" 2>&1
+    echo "harness rc $?"; tail -3 "$WORK/logs/harness.txt"
+    python3 bench/gpu/harness_check.py --out "$WORK/harness" --write-problems /tmp/harness_problems.json
+    timeout "$(left)" td bench --problems /tmp/harness_problems.json --direction bwd_weight --cache-dir /tmp/harness_registry \
+      --out "$WORK/harness/bench" > "$WORK/logs/harness_bench.txt" 2>&1; echo "bench rc $?"; tail -2 "$WORK/logs/harness_bench.txt"
     ;;
   held)
     timeout "$(left)" python3 bench/gpu/held_probe.py --out "$WORK/held_probe" > "$WORK/logs/held_probe.txt" 2>&1
