@@ -24,6 +24,8 @@
 #             Compute profiles of PROFILES ("kernel@problem-key ...", bench/gpu/profiles.sh) from that registry.
 #   dwrow:    bench/gpu/dwrow_probe.py (depthwise backward-weight, one filter row per program, beside default's
 #             depthwise kernels and cuDNN) into $WORK/dwrow_probe; then TESTS_K's kernel GPU tests when set.
+#   flat:     bench/gpu/flat_probe.py (backward-weight tensor-core kernels, one accumulator per split against the
+#             chunked program, same binaries, with cuDNN) into $WORK/flat_probe; then TESTS_K's kernel GPU tests when set.
 #   harness:  bench/gpu/harness_check.py (the same kernels timed as the sweep and as the probes time them, in one
 #             process) into $WORK/harness, then td bench on its problems and registry (the sweep's worker) (BUILD=0).
 #   variants: for each value v of $VARIANTS, export $VARIANT_ENV=v (a source switch a probe commit carries), build
@@ -59,7 +61,7 @@ synth() {
   grep -A9 "^## Targets" "$WORK/report_synthetic/report.md"
   cp -r "$SYN" "$WORK/synthetic"
 }
-case ${1:?synth, complete, torch, refresh, probe, configs, l1, dwrow, harness, held, tests, variants or dev} in
+case ${1:?synth, complete, torch, refresh, probe, configs, l1, dwrow, flat, harness, held, tests, variants or dev} in
   synth) synth ;;
   complete)
     M=models/data/measured
@@ -144,6 +146,14 @@ case ${1:?synth, complete, torch, refresh, probe, configs, l1, dwrow, harness, h
     if [ -n "${TESTS_K:-}" ] && [ "$(left)" -gt 60 ]; then
       TILEDISPATCH_TEST_REGISTRY="$WORK/test_registry" timeout "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider \
         tests/kernels/test_gpu.py -k "$TESTS_K" > "$WORK/logs/gpu_tests_dwrow.txt" 2>&1; tail -3 "$WORK/logs/gpu_tests_dwrow.txt"
+    fi
+    ;;
+  flat)
+    timeout "$(left)" python3 bench/gpu/flat_probe.py --out "$WORK/flat_probe" > "$WORK/logs/flat_probe.txt" 2>&1
+    echo "flat rc $?"; grep -E "^built|probe done" "$WORK/logs/flat_probe.txt"
+    if [ -n "${TESTS_K:-}" ] && [ "$(left)" -gt 60 ]; then
+      TILEDISPATCH_TEST_REGISTRY="$WORK/test_registry" timeout "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider \
+        tests/kernels/test_gpu.py -k "$TESTS_K" > "$WORK/logs/gpu_tests_flat.txt" 2>&1; tail -3 "$WORK/logs/gpu_tests_flat.txt"
     fi
     ;;
   harness)

@@ -33,7 +33,11 @@ to the output dtype. With split_k = 1 the main program stores dW directly.
 
 Long reductions are summed in chunks of PROMOTE_POSITIONS positions: each chunk in its own
 tensor-core accumulator, the chunks added in fp32 (tensor-core accumulation does not round to
-nearest, so one accumulator over millions of positions drifts past the bf16 error limit).
+nearest, so one accumulator over millions of positions drifts past the bf16 error limit). That costs a
+second accumulator tile of registers (64×128 4-warp tile: 233 registers, 2 programs per SM), so 16-bit
+kernels carry a second program, ``flat``, that sums its split in one accumulator (155 registers, 3 per
+SM); the launch runs it whenever a split covers at most PROMOTE_POSITIONS positions — most split-K
+launches — and the chunked ``main`` otherwise.
 
 gemm1x1 (1×1 filter, stride 1, no padding) is the plain GEMM ``dW = dY^T · X`` over N·prod(in)
 positions. 2D problems run as 3D with depth 1.
@@ -56,7 +60,7 @@ from tiledispatch.native.kernels.split_reduce import (
     with_split_reduce,
 )
 from tiledispatch.native.kernels.tiles import grouped_tile
-from tiledispatch.native.problem import ConvProblem, Direction
+from tiledispatch.native.problem import ConvProblem, Direction, DType
 
 _SIZE_PARAMS = ("BATCH", "GROUPS", "CG", "KG", "IN_D", "IN_H", "IN_W", "OUT_D", "OUT_H", "OUT_W",
                 "F_D", "F_H", "F_W", "STR_D", "STR_H", "STR_W", "DIL_D", "DIL_H", "DIL_W",
@@ -102,7 +106,7 @@ def _igemm_bwd_weight_kernel(
     F_D, F_H, F_W, STR_D, STR_H, STR_W, DIL_D, DIL_H, DIL_W, PAD_D, PAD_H, PAD_W,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     MERGE: tl.constexpr, IS_1X1: tl.constexpr, SPLIT_K: tl.constexpr, VEC: tl.constexpr,
-    INDEX64: tl.constexpr, DOT_PRECISION: tl.constexpr, PROMOTE_BLOCKS: tl.constexpr,
+    INDEX64: tl.constexpr, DOT_PRECISION: tl.constexpr, PROMOTE: tl.constexpr, PROMOTE_BLOCKS: tl.constexpr,
 ):
     C_TOTAL, K_TOTAL, CG, KG, GC, GK = aligned_channels(GROUPS, CG, KG, MERGE, VEC)
     # GK: merged output channels, GEMM M; GC: merged input channels per tap
@@ -200,11 +204,11 @@ def _igemm_bwd_weight_kernel(
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     # Tensor-core accumulation is not round-to-nearest, so its error grows with the number of
     # blocks summed in one accumulator (measured on an H200, bf16, 23M positions in one split:
-    # relative error 0.026). Each chunk of PROMOTE_BLOCKS blocks is summed in ``part`` and then
-    # added to ``acc`` with ordinary fp32 adds, which round to nearest.
-    # Exact fp32 dots (DOT_PRECISION "ieee") are FMAs that do round to nearest: one chunk, one tile
-    # (a second accumulator would cost the registers that make those kernels spill).
-    promote: tl.constexpr = DOT_PRECISION != "ieee"
+    # relative error 0.026). With PROMOTE each chunk of PROMOTE_BLOCKS blocks is summed in ``part``
+    # and then added to ``acc`` with ordinary fp32 adds, which round to nearest. Without it the
+    # split is one chunk in one tile: exact fp32 dots (FMAs, which do round to nearest; a second
+    # accumulator would make them spill), or 16-bit splits short enough not to drift (``flat``).
+    promote: tl.constexpr = PROMOTE
     chunk_blocks = PROMOTE_BLOCKS if promote else tl.maximum(full_end - kb_begin, 1)
     for chunk in tl.range(kb_begin, full_end, chunk_blocks, num_stages=1):
         if promote:
@@ -254,6 +258,18 @@ def _igemm_bwd_weight_kernel(
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=out_mask)
 
 
+def split_positions(problem: ConvProblem, config: KernelConfig) -> int:
+    """Output positions the longest split sums: whole BLOCK_K blocks, as the kernel divides them."""
+    positions = problem.batch * math.prod(problem.output_size)
+    return cdiv(cdiv(positions, config.block_k), config.split_k) * config.block_k
+
+
+def uses_flat_program(problem: ConvProblem, config: KernelConfig) -> bool:
+    """Whether the launch runs ``flat`` (one accumulator per split): 16-bit, and every split sums at most
+    PROMOTE_POSITIONS positions, the length one tensor-core accumulator holds within the error limit."""
+    return config.dtype is not DType.FP32 and split_positions(problem, config) <= PROMOTE_POSITIONS
+
+
 class IgemmBackwardWeight:
     direction = Direction.BACKWARD_WEIGHT
     families = frozenset({Family.IGEMM, Family.GMERGE, Family.GEMM1X1})
@@ -265,8 +281,13 @@ class IgemmBackwardWeight:
         types = {"x_ptr": ptr, "dy_ptr": ptr, "out_ptr": out, **{name: ints for name in _SIZE_PARAMS}}
         constexprs = {**tensor_core_constexprs(config), "SPLIT_K": config.split_k,
                       "PROMOTE_BLOCKS": max(1, PROMOTE_POSITIONS // config.block_k)}
-        return with_split_reduce({"main": Program(_igemm_bwd_weight_kernel, constexprs, types, config.num_warps,
-                                                  config.num_stages)}, config)
+        exact = config.dtype is DType.FP32  # exact fp32 dots round to nearest: never chunked
+        programs = {"main": Program(_igemm_bwd_weight_kernel, {**constexprs, "PROMOTE": not exact}, types,
+                                    config.num_warps, config.num_stages)}
+        if not exact:
+            programs["flat"] = Program(_igemm_bwd_weight_kernel, {**constexprs, "PROMOTE": False}, types,
+                                       config.num_warps, config.num_stages)
+        return with_split_reduce(programs, config)
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
         return weight_partials_elements(problem, config)
@@ -276,7 +297,9 @@ class IgemmBackwardWeight:
                  * cdiv(config.merge * problem.c_per_group, config.block_n))
         grid = (tiles, cdiv(problem.groups, config.merge), config.split_k)
         sizes = (problem.batch, problem.groups, problem.c_per_group, problem.k_per_group, *spatial_args(problem))
+        program = "flat" if uses_flat_program(problem, config) else "main"
+
         def main(target) -> Launch:  # dW unsplit, the fp32 partials split
-            return Launch("main", grid, (first, second, target, *sizes))
+            return Launch(program, grid, (first, second, target, *sizes))
 
         return weight_split_plan(config, problem, main, out, workspace)

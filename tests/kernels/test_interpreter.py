@@ -50,7 +50,8 @@ def test_kernel_matches_float64_reference(case, dtype):
 def test_backward_weight_sums_long_reductions_in_promoted_chunks(monkeypatch, family):
     """Chunks of one block (instead of 16384 positions) so each split of the tiny problem crosses chunk
     boundaries, with and without split-K. fp16: its tensor-core sums are the ones promoted (exact fp32 dots
-    are summed in one chunk, so an fp32 run of this test would not reach the chunk loop)."""
+    are summed in one chunk, so an fp32 run of this test would not reach the chunk loop), and its splits are
+    longer than the patched limit, so the launch runs the chunked ``main``, not ``flat``."""
     from tiledispatch.native import launch, reference
     from tiledispatch.native.configs import Family
     from tiledispatch.native.kernels import igemm_bwd_weight
@@ -66,7 +67,8 @@ def test_backward_weight_sums_long_reductions_in_promoted_chunks(monkeypatch, fa
                               vec=8 if family == "gemm1x1" else 1)
         assert is_supported(prob, config), is_supported(prob, config).reason
         main = igemm_bwd_weight.IgemmBackwardWeight().programs(config)["main"]
-        assert main.constexprs["PROMOTE_BLOCKS"] == 1 and main.constexprs["DOT_PRECISION"] != "ieee"
+        assert main.constexprs["PROMOTE_BLOCKS"] == 1 and main.constexprs["PROMOTE"]
+        assert not igemm_bwd_weight.uses_flat_program(prob, config)  # the launch runs the chunked main
         generator = torch.Generator().manual_seed(torch.seed() % (2**31))
         first = torch.randn(prob.operand_shapes[0], generator=generator).to(torch.float16)
         second = torch.randn(prob.operand_shapes[1], generator=generator).to(torch.float16)
