@@ -34,10 +34,13 @@ to the output dtype. With split_k = 1 the main program stores dW directly.
 Long reductions are summed in chunks of PROMOTE_POSITIONS positions: each chunk in its own
 tensor-core accumulator, the chunks added in fp32 (tensor-core accumulation does not round to
 nearest, so one accumulator over millions of positions drifts past the bf16 error limit). That costs a
-second accumulator tile of registers (64×128 4-warp tile: 233 registers, 2 programs per SM), so 16-bit
-kernels carry a second program, ``flat``, that sums its split in one accumulator (155 registers, 3 per
-SM); the launch runs it whenever a split covers at most PROMOTE_POSITIONS positions — most split-K
-launches — and the chunked ``main`` otherwise.
+second accumulator tile of registers: on tiles of 64 accumulator registers a thread or more (64×128 and
+128×64 on 4 warps: 233 registers, 2 programs per SM) 16-bit kernels carry a second program, ``flat``, that
+sums its split in one accumulator (155 registers, 3 per SM), and the launch runs it whenever a split covers
+at most PROMOTE_POSITIONS positions — most split-K launches — and the chunked ``main`` otherwise. H200,
+same binaries, same run (``bench/results/2026-11-27_h200_s18/``): ``flat`` 7–25 % faster on those tiles
+(dense n32 c256 28×28 backward-weight 79.6 → 71.3 µs, G = 2 48.3 → 42.5), the same on 8-warp 128×128;
+on smaller tiles, whose promotion costs no program per SM, 0–5 % slower (gmerge 64×64) — they keep ``main``.
 
 gemm1x1 (1×1 filter, stride 1, no padding) is the plain GEMM ``dW = dY^T · X`` over N·prod(in)
 positions. 2D problems run as 3D with depth 1.
@@ -264,10 +267,20 @@ def split_positions(problem: ConvProblem, config: KernelConfig) -> int:
     return cdiv(cdiv(positions, config.block_k), config.split_k) * config.block_k
 
 
+#: Accumulator registers a thread (``KernelConfig.accumulator_registers``) from which a kernel carries ``flat``.
+FLAT_MIN_ACCUMULATOR_REGISTERS = 64
+
+
+def has_flat_program(config: KernelConfig) -> bool:
+    """16-bit kernels whose chunk promotion holds a second accumulator tile of 64 registers a thread or more:
+    the tiles where that tile costs programs per SM (see the module docstring)."""
+    return config.dtype is not DType.FP32 and config.accumulator_registers >= FLAT_MIN_ACCUMULATOR_REGISTERS
+
+
 def uses_flat_program(problem: ConvProblem, config: KernelConfig) -> bool:
-    """Whether the launch runs ``flat`` (one accumulator per split): 16-bit, and every split sums at most
-    PROMOTE_POSITIONS positions, the length one tensor-core accumulator holds within the error limit."""
-    return config.dtype is not DType.FP32 and split_positions(problem, config) <= PROMOTE_POSITIONS
+    """Whether the launch runs ``flat`` (one accumulator per split): the kernel has it, and every split sums
+    at most PROMOTE_POSITIONS positions, the length one tensor-core accumulator holds within the error limit."""
+    return has_flat_program(config) and split_positions(problem, config) <= PROMOTE_POSITIONS
 
 
 class IgemmBackwardWeight:
@@ -284,7 +297,7 @@ class IgemmBackwardWeight:
         exact = config.dtype is DType.FP32  # exact fp32 dots round to nearest: never chunked
         programs = {"main": Program(_igemm_bwd_weight_kernel, {**constexprs, "PROMOTE": not exact}, types,
                                     config.num_warps, config.num_stages)}
-        if not exact:
+        if has_flat_program(config):
             programs["flat"] = Program(_igemm_bwd_weight_kernel, {**constexprs, "PROMOTE": False}, types,
                                        config.num_warps, config.num_stages)
         return with_split_reduce(programs, config)

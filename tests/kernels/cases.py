@@ -294,6 +294,12 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
     tile = (32, 32) if direction is Direction.BACKWARD_WEIGHT else (64, 32)
     for split_k in ((1, 8) if direction is Direction.BACKWARD_WEIGHT else (1,)):
         out.append(KernelConfig(direction, dtype, ndim, Family.DIRECT, *tile, 8, 4, 1, 1, split_k, 1, 8))
+    # Backward-weight: the 4-warp tiles that carry ``flat`` (one accumulator per split; igemm_bwd_weight.py)
+    # and run it on short splits, ``main`` on long ones.
+    if direction is Direction.BACKWARD_WEIGHT and dtype is not DType.FP32:
+        out += [KernelConfig(direction, dtype, ndim, family, block_m, block_n, 64, 4, 3, 8, split_k, 1, 8)
+                for family in (Family.IGEMM, Family.GEMM1X1) for block_m, block_n in ((64, 128), (128, 64))
+                for split_k in (1, 8)]
     # The large tensor-core tiles (fwd / bwd_data, aligned channels), and unpipelined (L1-cached) ones.
     if direction is not Direction.BACKWARD_WEIGHT:
         out += split_data_gpu_configs(direction, dtype, ndim)

@@ -77,3 +77,30 @@ def test_backward_weight_sums_long_reductions_in_promoted_chunks(monkeypatch, fa
         expected = reference.run_reference(prob, first.double().numpy(), second.double().numpy())
         error = reference.relative_error(out.double().numpy(), expected)
         assert error <= RELATIVE_ERROR_LIMIT[dtype], f"{config.name}: relative error {error:.3g}"
+
+
+@pytest.mark.parametrize("split_k", [1, 2])
+@pytest.mark.parametrize("family, label, merge, vec", [
+    ("igemm", "grouped_odd", 1, 1), ("gemm1x1", "aligned_1x1", 1, 8), ("gmerge", "grouped_odd", 2, 1)])
+def test_backward_weight_flat_program_matches_float64_reference(family, label, merge, vec, split_k):
+    """``flat`` (one accumulator per split) on a tile that carries it (64×128: 64 accumulator registers a
+    thread on 4 warps), fp16, unsplit and split: the launch must run it, and its result must match."""
+    from tiledispatch.native import launch, reference
+    from tiledispatch.native.configs import KernelConfig
+    from tiledispatch.native.kernels import igemm_bwd_weight
+    from tiledispatch.native.problem import Direction
+
+    dtype = DType.FP16
+    prob = problem(Direction.BACKWARD_WEIGHT, dtype, 2, label)
+    config = KernelConfig(Direction.BACKWARD_WEIGHT, dtype, 2, Family(family), 64, 128, 16, 4, 2, 8, split_k, merge,
+                          vec)
+    assert is_supported(prob, config), is_supported(prob, config).reason
+    assert igemm_bwd_weight.uses_flat_program(prob, config)
+    generator = torch.Generator().manual_seed(torch.seed() % (2**31))
+    first = torch.randn(prob.operand_shapes[0], generator=generator).to(torch.float16)
+    second = torch.randn(prob.operand_shapes[1], generator=generator).to(torch.float16)
+    out = torch.full(prob.operand_shapes[2], float("nan"), dtype=torch.float16)
+    launch.run(prob, config, first, second, out, backend="interpret")
+    expected = reference.run_reference(prob, first.double().numpy(), second.double().numpy())
+    error = reference.relative_error(out.double().numpy(), expected)
+    assert error <= RELATIVE_ERROR_LIMIT[dtype], f"{config.name}: relative error {error:.3g}"

@@ -216,40 +216,43 @@ def test_plan_grid_launches_and_workspace(direction, family, label, variant, spl
             template.plan(prob, config, first, second, out, None)
 
 
-@pytest.mark.parametrize("family, split_k, batch, flat", [
-    (Family.IGEMM, 8, 32, True),     # 32·28² / 8 = 3,136 positions a split
-    (Family.IGEMM, 1, 32, False),    # 25,088 in one split: chunked and promoted
-    (Family.GMERGE, 1, 16, True),    # 16·28² = 12,544 in one split
-    (Family.GMERGE, 16, 512, False),  # 401,408 / 16 = 25,088
-    (Family.GEMM1X1, 64, 256, True),
+@pytest.mark.parametrize("family, tile, split_k, batch, flat", [
+    (Family.IGEMM, "64x128x64_w4", 8, 32, True),       # 32·28² / 8 = 3,136 positions a split
+    (Family.IGEMM, "128x64x32_w4", 1, 32, False),      # 25,088 in one split: chunked and promoted
+    (Family.IGEMM, "128x128x64_w8", 1, 16, True),      # 16·28² = 12,544 in one split
+    (Family.GEMM1X1, "64x128x64_w4", 64, 256, True),
+    (Family.GEMM1X1, "128x64x64_w4", 16, 512, False),  # 401,408 / 16 = 25,088
+    (Family.IGEMM, "64x64x64_w4", 8, 32, False),       # 32 accumulator registers a thread: no flat program
+    (Family.GMERGE, "64x64x64_w4", 16, 32, False),
 ])
 @pytest.mark.parametrize("dtype", [DType.BF16, DType.FP16, DType.FP32], ids=lambda d: d.value)
-def test_backward_weight_runs_one_accumulator_when_every_split_is_short(family, split_k, batch, flat, dtype):
-    """16-bit launches whose splits sum at most PROMOTE_POSITIONS positions run ``flat`` (one tensor-core
-    accumulator, no chunk promotion; its binary differs from ``main`` only there); longer splits and every
-    fp32 launch (exact dots, never chunked: no ``flat`` program) run ``main``."""
+def test_backward_weight_runs_one_accumulator_when_every_split_is_short(family, tile, split_k, batch, flat, dtype):
+    """16-bit kernels of 64 accumulator registers a thread or more carry ``flat`` (one tensor-core accumulator,
+    no chunk promotion; it differs from ``main`` only there) and their launches run it when every split sums at
+    most PROMOTE_POSITIONS positions; longer splits, smaller tiles and every fp32 kernel (exact dots, never
+    chunked) run ``main``."""
     from tiledispatch.native import launch
     from tiledispatch.native.configs import parse_kernel_name
     from tiledispatch.native.kernels import igemm_bwd_weight
 
-    size = "1x1" if family is Family.GEMM1X1 else "3x3"
-    pad = "0x0" if family is Family.GEMM1X1 else "1x1"
-    groups, channels = (8, 64) if family is Family.GMERGE else (1, 64)
-    prob = ConvProblem.from_key(f"bwd_weight|{dtype.value}|2d|n{batch}|g{groups}|c{channels}|k{channels}|in28x28|"
+    size, pad = ("1x1", "0x0") if family is Family.GEMM1X1 else ("3x3", "1x1")
+    groups, merge = (8, 4) if family is Family.GMERGE else (1, 1)
+    prob = ConvProblem.from_key(f"bwd_weight|{dtype.value}|2d|n{batch}|g{groups}|c64|k64|in28x28|"
                                 f"f{size}|s1x1|d1x1|pb{pad}|pe{pad}")
-    merge = 4 if family is Family.GMERGE else 1
-    name = (f"gconv_bwd_weight_{dtype.value}_2d_{family.value}_64x32x64_w4_s3_gm8_sk{split_k}_mg{merge}_"
+    stages = 4 if tile.split("x")[2].startswith("32") else 3
+    name = (f"gconv_bwd_weight_{dtype.value}_2d_{family.value}_{tile}_s{stages}_gm8_sk{split_k}_mg{merge}_"
             f"v{1 if dtype is DType.FP32 else 8}_i32")
     config = parse_kernel_name(name)
     assert is_supported(prob, config), is_supported(prob, config).reason
     template = launch.template_for(config)
     programs = template.programs(config)
-    flat = flat and dtype is not DType.FP32
-    assert ("flat" in programs) == (dtype is not DType.FP32)
-    if "flat" in programs:
+    carries = dtype is not DType.FP32 and config.accumulator_registers >= 64
+    assert ("flat" in programs) == carries == igemm_bwd_weight.has_flat_program(config)
+    if carries:
         assert not programs["flat"].constexprs["PROMOTE"] and programs["main"].constexprs["PROMOTE"]
         assert {k: v for k, v in programs["flat"].constexprs.items() if k != "PROMOTE"} == \
             {k: v for k, v in programs["main"].constexprs.items() if k != "PROMOTE"}
+    flat = flat and carries
     assert igemm_bwd_weight.uses_flat_program(prob, config) == flat
     first, second, out = (torch.empty(0) for _ in range(3))
     workspace = torch.empty(template.workspace_elements(prob, config)) if split_k > 1 else None
