@@ -61,6 +61,15 @@ synth() {
   grep -A9 "^## Targets" "$WORK/report_synthetic/report.md"
   cp -r "$SYN" "$WORK/synthetic"
 }
+# bench/gpu/$1_probe.py into $WORK/$1_probe, then TESTS_K's kernel GPU tests (their own registry) when set.
+probe_then_tests() {
+  timeout "$(left)" python3 "bench/gpu/$1_probe.py" --out "$WORK/$1_probe" > "$WORK/logs/$1_probe.txt" 2>&1
+  echo "$1 rc $?"; grep -E "^built|probe done" "$WORK/logs/$1_probe.txt"
+  if [ -n "${TESTS_K:-}" ] && [ "$(left)" -gt 60 ]; then
+    TILEDISPATCH_TEST_REGISTRY="$WORK/test_registry" timeout "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider \
+      tests/kernels/test_gpu.py -k "$TESTS_K" > "$WORK/logs/gpu_tests_$1.txt" 2>&1; tail -3 "$WORK/logs/gpu_tests_$1.txt"
+  fi
+}
 case ${1:?synth, complete, torch, refresh, probe, configs, l1, dwrow, flat, harness, held, tests, variants or dev} in
   synth) synth ;;
   complete)
@@ -140,22 +149,7 @@ case ${1:?synth, complete, torch, refresh, probe, configs, l1, dwrow, flat, harn
     timeout "$(left)" python3 bench/gpu/config_probe.py --out "$WORK/l1_probe" > "$WORK/logs/l1_probe.txt" 2>&1
     echo "l1 rc $?"; grep -c " ok " "$WORK/logs/l1_probe.txt"; head -2 "$WORK/logs/l1_probe.txt"
     ;;
-  dwrow)
-    timeout "$(left)" python3 bench/gpu/dwrow_probe.py --out "$WORK/dwrow_probe" > "$WORK/logs/dwrow_probe.txt" 2>&1
-    echo "dwrow rc $?"; grep -E "^built|probe done" "$WORK/logs/dwrow_probe.txt"
-    if [ -n "${TESTS_K:-}" ] && [ "$(left)" -gt 60 ]; then
-      TILEDISPATCH_TEST_REGISTRY="$WORK/test_registry" timeout "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider \
-        tests/kernels/test_gpu.py -k "$TESTS_K" > "$WORK/logs/gpu_tests_dwrow.txt" 2>&1; tail -3 "$WORK/logs/gpu_tests_dwrow.txt"
-    fi
-    ;;
-  flat)
-    timeout "$(left)" python3 bench/gpu/flat_probe.py --out "$WORK/flat_probe" > "$WORK/logs/flat_probe.txt" 2>&1
-    echo "flat rc $?"; grep -E "^built|probe done" "$WORK/logs/flat_probe.txt"
-    if [ -n "${TESTS_K:-}" ] && [ "$(left)" -gt 60 ]; then
-      TILEDISPATCH_TEST_REGISTRY="$WORK/test_registry" timeout "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider \
-        tests/kernels/test_gpu.py -k "$TESTS_K" > "$WORK/logs/gpu_tests_flat.txt" 2>&1; tail -3 "$WORK/logs/gpu_tests_flat.txt"
-    fi
-    ;;
+  dwrow|flat) probe_then_tests "$1" ;;
   harness)
     timeout "$(left)" python3 bench/gpu/harness_check.py --out "$WORK/harness" > "$WORK/logs/harness.txt" 2>&1
     echo "harness rc $?"; tail -3 "$WORK/logs/harness.txt"

@@ -14,18 +14,15 @@ Every kernel is compiled by the registry's own build (``rule_set="probe"``) into
 from __future__ import annotations
 
 import itertools
-import json
 import sys
-import time
 from pathlib import Path
 
 import torch
-from probe_rows import ProbeRows, compiled_call, probe_main
+from probe_rows import compiled_call, probe_main, start_probe
 
-from tiledispatch.native.bench import BenchSettings, _cudnn_call, environment_manifest, measure_ceilings, new_setup
+from tiledispatch.native.bench import _cudnn_call, new_setup
 from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.problem import ConvProblem, Direction, DType
-from tiledispatch.native.registry import Registry, build
 from tiledispatch.native.rules import rule_set_configs
 from tiledispatch.native.support import is_supported
 
@@ -78,22 +75,10 @@ def default_configs(problem: ConvProblem) -> list[KernelConfig]:
 
 
 def run(out: Path, workers: int) -> int:
-    out.mkdir(parents=True, exist_ok=True)
-    cache = Path("/tmp/dwrow_registry")
     problems = [ConvProblem.from_key(f"{Direction.BACKWARD_WEIGHT.value}|{DType.BF16.value}|{key}") for key in PROBLEMS]
     plan = {p.key: (dwrow_configs(p), default_configs(p)) for p in problems}
-    wanted = {c for new, base in plan.values() for c in new + base}
-    started = time.time()
-    results = build(sorted(wanted, key=lambda c: c.name), arch="sm_90", cache_dir=cache, workers=workers,
-                    rule_set="probe")
-    built = {r.kernel: r for r in results}
-    print(f"built {len(wanted)} kernels in {time.time() - started:.0f}s "
-          f"({sum(not r.usable for r in results)} unusable: {sorted({r.status for r in results})})", flush=True)
-    registry = Registry.load(cache, "sm_90")
-    settings = BenchSettings(cache_dir=str(cache), event_timing=False)
-    ceilings = measure_ceilings()
-    (out / "dwrow.json").write_text(json.dumps(environment_manifest(settings, ceilings), indent=2, default=str))
-    probe = ProbeRows(out / "dwrow.csv", settings, ceilings)
+    built, registry, settings, probe = start_probe([c for new, base in plan.values() for c in new + base],
+                                                   Path("/tmp/dwrow_registry"), workers, out, "dwrow")
     loader = registry.loader()
     for problem in problems:
         print(problem.key, flush=True)

@@ -88,29 +88,17 @@ def _planned_program(flat: bool, decisions: list[bool]):
 
 def run(out: Path, workers: int) -> int:
     import torch
-    from probe_rows import ProbeRows, compiled_call
+    from probe_rows import compiled_call, start_probe
 
-    from tiledispatch.native.bench import BenchSettings, _cudnn_call, environment_manifest, measure_ceilings, new_setup
+    from tiledispatch.native.bench import _cudnn_call, new_setup
     from tiledispatch.native.configs import parse_kernel_name
     from tiledispatch.native.kernels.igemm_bwd_weight import uses_flat_program
     from tiledispatch.native.problem import ConvProblem
-    from tiledispatch.native.registry import Registry, build
 
-    out.mkdir(parents=True, exist_ok=True)
-    cache = Path("/tmp/flat_registry")
     plan = {ConvProblem.from_key(key): [parse_kernel_name(name) for name, _ in kernels]
             for key, kernels in json.loads(KERNELS.read_text())["problems"].items()}
-    wanted = sorted({c for configs in plan.values() for c in configs}, key=lambda c: c.name)
-    started = time.time()
-    results = build(wanted, arch="sm_90", cache_dir=cache, workers=workers, rule_set="probe")
-    built = {r.kernel: r for r in results}
-    print(f"built {len(wanted)} kernels in {time.time() - started:.0f}s "
-          f"({sum(not r.usable for r in results)} unusable: {sorted({r.status for r in results})})", flush=True)
-    registry = Registry.load(cache, "sm_90")
-    settings = BenchSettings(cache_dir=str(cache), event_timing=False)
-    ceilings = measure_ceilings()
-    (out / "flat.json").write_text(json.dumps(environment_manifest(settings, ceilings), indent=2, default=str))
-    probe = ProbeRows(out / "flat.csv", settings, ceilings)
+    built, registry, settings, probe = start_probe([c for configs in plan.values() for c in configs],
+                                                   Path("/tmp/flat_registry"), workers, out, "flat")
     loader = registry.loader()
     for problem, configs in plan.items():
         print(problem.key, flush=True)

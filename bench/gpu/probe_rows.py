@@ -65,6 +65,28 @@ def compiled_call(problem: ConvProblem, config: KernelConfig, setup, loader) -> 
     return call
 
 
+def start_probe(configs, cache: Path, workers: int, out: Path, stem: str):
+    """Build ``configs`` with the registry's own build into ``cache`` (worker processes, no CUDA context), print
+    what it built, measure the ceilings and write ``out/<stem>.json`` (environment): ``(build results by kernel
+    name, the loaded registry, the timing settings, the rows writer of out/<stem>.csv)``."""
+    import json
+
+    from tiledispatch.native.bench import BenchSettings, environment_manifest, measure_ceilings
+    from tiledispatch.native.registry import Registry, build
+
+    out.mkdir(parents=True, exist_ok=True)
+    wanted = sorted(set(configs), key=lambda c: c.name)
+    started = time.time()
+    results = build(wanted, arch="sm_90", cache_dir=cache, workers=workers, rule_set="probe")
+    print(f"built {len(wanted)} kernels in {time.time() - started:.0f}s "
+          f"({sum(not r.usable for r in results)} unusable: {sorted({r.status for r in results})})", flush=True)
+    settings = BenchSettings(cache_dir=str(cache), event_timing=False)
+    ceilings = measure_ceilings()
+    (out / f"{stem}.json").write_text(json.dumps(environment_manifest(settings, ceilings), indent=2, default=str))
+    return ({r.kernel: r for r in results}, Registry.load(cache, "sm_90"), settings,
+            ProbeRows(out / f"{stem}.csv", settings, ceilings))
+
+
 def probe_main(description: str, name: str, run: Callable[[Path, int], int], argv: list[str] | None = None) -> int:
     """The probes' command line: ``--out DIR`` and ``--workers N`` (build processes) into ``run(out, workers)``."""
     parser = argparse.ArgumentParser(description=description)

@@ -26,24 +26,30 @@ DTYPE_CASES = [pytest.param(case, dtype, id=f"{case_id(case)}-{dtype.value}")
                if not (case[2] in (Family.TMA, Family.GWALK) and dtype is DType.FP32)]
 
 
-@pytest.mark.parametrize("case, dtype", DTYPE_CASES)
-def test_kernel_matches_float64_reference(case, dtype):
+def _check_against_reference(prob, config) -> None:
+    """Run ``config`` on ``prob`` under the interpreter (fresh random inputs, NaN-poisoned output) and
+    assert its relative error against the float64 reference is within DESIGN §4's limit."""
     from tiledispatch.native import launch, reference
 
-    ndim, label, family, direction, variant = case
-    prob = problem(direction, dtype, ndim, label)
-    config = small_config(direction, dtype, ndim, family, **variant)
     assert is_supported(prob, config), is_supported(prob, config).reason
+    dtype = launch.torch_dtype(prob.dtype)
     generator = torch.Generator().manual_seed(torch.seed() % (2**31))  # fresh inputs every run
-    first = torch.randn(prob.operand_shapes[0], generator=generator).to(launch.torch_dtype(dtype))
-    second = torch.randn(prob.operand_shapes[1], generator=generator).to(launch.torch_dtype(dtype))
-    out = torch.full(prob.operand_shapes[2], float("nan"), dtype=launch.torch_dtype(dtype))  # poisoned
+    first = torch.randn(prob.operand_shapes[0], generator=generator).to(dtype)
+    second = torch.randn(prob.operand_shapes[1], generator=generator).to(dtype)
+    out = torch.full(prob.operand_shapes[2], float("nan"), dtype=dtype)  # poisoned
 
     launch.run(prob, config, first, second, out, backend="interpret")
 
     expected = reference.run_reference(prob, first.double().numpy(), second.double().numpy())
     error = reference.relative_error(out.double().numpy(), expected)
-    assert error <= RELATIVE_ERROR_LIMIT[dtype], f"{config.name}: relative error {error:.3g}"
+    assert error <= RELATIVE_ERROR_LIMIT[prob.dtype], f"{config.name}: relative error {error:.3g}"
+
+
+@pytest.mark.parametrize("case, dtype", DTYPE_CASES)
+def test_kernel_matches_float64_reference(case, dtype):
+    ndim, label, family, direction, variant = case
+    _check_against_reference(problem(direction, dtype, ndim, label),
+                             small_config(direction, dtype, ndim, family, **variant))
 
 
 @pytest.mark.parametrize("family", ["igemm", "gmerge", "gemm1x1"])
@@ -52,7 +58,6 @@ def test_backward_weight_sums_long_reductions_in_promoted_chunks(monkeypatch, fa
     boundaries, with and without split-K. fp16: its tensor-core sums are the ones promoted (exact fp32 dots
     are summed in one chunk, so an fp32 run of this test would not reach the chunk loop), and its splits are
     longer than the patched limit, so the launch runs the chunked ``main``, not ``flat``."""
-    from tiledispatch.native import launch, reference
     from tiledispatch.native.configs import Family
     from tiledispatch.native.kernels import igemm_bwd_weight
     from tiledispatch.native.problem import Direction
@@ -65,18 +70,10 @@ def test_backward_weight_sums_long_reductions_in_promoted_chunks(monkeypatch, fa
     for split_k in (1, 2):
         config = small_config(Direction.BACKWARD_WEIGHT, dtype, 2, Family(family), split_k=split_k,
                               vec=8 if family == "gemm1x1" else 1)
-        assert is_supported(prob, config), is_supported(prob, config).reason
         main = igemm_bwd_weight.IgemmBackwardWeight().programs(config)["main"]
         assert main.constexprs["PROMOTE_BLOCKS"] == 1 and main.constexprs["PROMOTE"]
         assert not igemm_bwd_weight.uses_flat_program(prob, config)  # the launch runs the chunked main
-        generator = torch.Generator().manual_seed(torch.seed() % (2**31))
-        first = torch.randn(prob.operand_shapes[0], generator=generator).to(torch.float16)
-        second = torch.randn(prob.operand_shapes[1], generator=generator).to(torch.float16)
-        out = torch.full(prob.operand_shapes[2], float("nan"), dtype=torch.float16)
-        launch.run(prob, config, first, second, out, backend="interpret")
-        expected = reference.run_reference(prob, first.double().numpy(), second.double().numpy())
-        error = reference.relative_error(out.double().numpy(), expected)
-        assert error <= RELATIVE_ERROR_LIMIT[dtype], f"{config.name}: relative error {error:.3g}"
+        _check_against_reference(prob, config)
 
 
 @pytest.mark.parametrize("split_k", [1, 2])
@@ -85,7 +82,6 @@ def test_backward_weight_sums_long_reductions_in_promoted_chunks(monkeypatch, fa
 def test_backward_weight_flat_program_matches_float64_reference(family, label, merge, vec, split_k):
     """``flat`` (one accumulator per split) on a tile that carries it (64×128: 64 accumulator registers a
     thread on 4 warps), fp16, unsplit and split: the launch must run it, and its result must match."""
-    from tiledispatch.native import launch, reference
     from tiledispatch.native.configs import KernelConfig
     from tiledispatch.native.kernels import igemm_bwd_weight
     from tiledispatch.native.problem import Direction
@@ -94,13 +90,5 @@ def test_backward_weight_flat_program_matches_float64_reference(family, label, m
     prob = problem(Direction.BACKWARD_WEIGHT, dtype, 2, label)
     config = KernelConfig(Direction.BACKWARD_WEIGHT, dtype, 2, Family(family), 64, 128, 16, 4, 2, 8, split_k, merge,
                           vec)
-    assert is_supported(prob, config), is_supported(prob, config).reason
     assert igemm_bwd_weight.uses_flat_program(prob, config)
-    generator = torch.Generator().manual_seed(torch.seed() % (2**31))
-    first = torch.randn(prob.operand_shapes[0], generator=generator).to(torch.float16)
-    second = torch.randn(prob.operand_shapes[1], generator=generator).to(torch.float16)
-    out = torch.full(prob.operand_shapes[2], float("nan"), dtype=torch.float16)
-    launch.run(prob, config, first, second, out, backend="interpret")
-    expected = reference.run_reference(prob, first.double().numpy(), second.double().numpy())
-    error = reference.relative_error(out.double().numpy(), expected)
-    assert error <= RELATIVE_ERROR_LIMIT[dtype], f"{config.name}: relative error {error:.3g}"
+    _check_against_reference(prob, config)
