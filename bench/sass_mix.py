@@ -2,8 +2,9 @@
 
 Builds the named kernels for ``--arch`` into ``--cache-dir`` exactly as ``tiledispatch registry build`` does
 (same compiler, same binaries as the GPU machine's build of that commit), disassembles each program's cubin
-with the ``cuobjdump`` Triton ships, and for every loop (a backward branch) prints its length in SASS
-instructions and the count per opcode; with the registers and stack bytes ptxas reported and the programs
+with the ``cuobjdump`` Triton ships, and for every innermost loop (a backward branch whose range holds no other
+loop; a kernel may have several, e.g. an index loop before its main loop) prints its length in SASS instructions
+and the count per opcode, longest first; with the registers and stack bytes ptxas reported and the programs
 of that size an SM can hold (65,536 registers). A resource report of the kind issue 3 asks for, not a timing.
 
     python bench/sass_mix.py gconv_bwd_weight_bf16_2d_dwrow_64x16x7_w4_s1_gm1_sk16_mg1_v8_i32 --out report.md
@@ -48,6 +49,13 @@ def loops(code: list[tuple[int, str, str]]) -> list[tuple[int, int, collections.
     return out
 
 
+def innermost_loops(found: list[tuple[int, int, collections.Counter]]) -> list[tuple[int, int, collections.Counter]]:
+    """The loops of ``found`` whose address range holds no other loop, longest (most instructions) first."""
+    inner = [(a, b, c) for a, b, c in found
+             if not any(a <= a2 and b2 <= b and (a2, b2) != (a, b) for a2, b2, _ in found)]
+    return sorted(inner, key=lambda loop: -sum(loop[2].values()))
+
+
 def report(names: list[str], arch: str, cache: Path) -> str:
     results = build([parse_kernel_name(n) for n in names], arch=arch, cache_dir=cache, workers=1, rule_set="probe")
     lines = [f"# SASS instruction mix of the innermost loops ({arch}, `bench/sass_mix.py`)", ""]
@@ -59,13 +67,10 @@ def report(names: list[str], arch: str, cache: Path) -> str:
                   f"{result.status}: {result.registers} registers, {result.stack_bytes} stack bytes per thread; "
                   f"{per_sm} programs of {config.num_warps} warps per SM by registers", ""]
         for program, key in sorted(result.programs.items()):
-            found = loops(instructions(cache / "artifacts" / key / "kernel.cubin"))
-            if not found:
-                continue
-            start, end, counts = min(found, key=lambda loop: loop[1] - loop[0])  # the innermost (shortest) one
-            mix = ", ".join(f"{op} {n}" for op, n in counts.most_common())
-            lines += [f"* `{program}`: innermost loop 0x{start:x}–0x{end:x}, {sum(counts.values())} instructions "
-                      f"an iteration: {mix}"]
+            for start, end, counts in innermost_loops(loops(instructions(cache / "artifacts" / key / "kernel.cubin"))):
+                mix = ", ".join(f"{op} {n}" for op, n in counts.most_common())
+                lines += [f"* `{program}`: innermost loop 0x{start:x}–0x{end:x}, {sum(counts.values())} instructions "
+                          f"an iteration: {mix}"]
         lines.append("")
     return "\n".join(lines)
 
