@@ -74,7 +74,8 @@ SMEM_RESERVE_PER_CTA = 1024
 
 #: The ``family`` column's code of each family, by the family's name (value). New families are
 #: appended; a code never changes meaning (the feature engine's one-hot columns read these codes).
-FAMILY_CODES = {"igemm": 0, "gmerge": 1, "gemm1x1": 2, "direct": 3, "tma": 4, "dwroll": 5, "gwalk": 6, "dwrow": 7}
+FAMILY_CODES = {"igemm": 0, "gmerge": 1, "gemm1x1": 2, "direct": 3, "tma": 4, "dwroll": 5, "gwalk": 6, "dwrow": 7,
+                "dwrun": 8}
 #: The code of a family missing from :data:`FAMILY_CODES` (costed by its kind, see the module doc).
 UNKNOWN_FAMILY = -1
 _DIRECT = FAMILY_CODES["direct"]

@@ -435,6 +435,21 @@ class FeatureEngine:
                 split_used[i] = _cdiv(items, items_per_split) / config.split_k
                 tap_block[i] = p.filter_size[-1]
                 useful[i] = out_w / (_cdiv(out_w, config.block_m) * config.block_m)
+            # dwrun.py: (channel blocks × F_D) × splits; a split walks a contiguous range of work items (image,
+            # output depth, strip of group_m runs of block_m columns, row chunk), F_H − 1 extra steps a chunk.
+            for i in np.flatnonzero(fam == analytic.FAMILY_CODES["dwrun"]):
+                config = table.configs[i]
+                rows, items_per_split = dwroll_tiling.dwrun_tiling(p, config)
+                f_d, f_h, _ = as3d(p.filter_size, 1)
+                out_d, out_h, out_w = as3d(p.output_size, 1)
+                strip_w = config.block_m * config.group_m
+                items = p.batch * out_d * _cdiv(out_w, strip_w) * _cdiv(out_h, rows)
+                grid[i] = _cdiv(p.out_channels, config.block_n) * f_d * config.split_k
+                reduction[i] = items_per_split * rows * strip_w
+                steps[i] = items_per_split * (rows + f_h - 1)
+                split_used[i] = _cdiv(items, items_per_split) / config.split_k
+                tap_block[i] = p.filter_size[-1]
+                useful[i] = out_w / (_cdiv(out_w, strip_w) * strip_w) * rows / (rows + f_h - 1)
             workspace = np.where(split > 1, split * float(p.weight_elements) * 4.0, 0.0)
         else:
             fwd = p.direction is Direction.FORWARD

@@ -62,6 +62,8 @@ from tiledispatch.native.problem import Direction, DType
 MAX_DWROLL_FILTER_HEIGHT = 7
 #: Most output rows a forward / backward-data dwroll kernel holds (``group_m``; 1 = the rolling walk).
 MAX_DWROLL_HELD_ROWS = 8
+#: Most output columns a dwrun thread owns (``block_m``): its run's dY window holds ``F_H × RUN`` values.
+MAX_DWRUN_RUN = 16
 
 
 class ConfigError(ValueError):
@@ -77,17 +79,18 @@ class Family(str, Enum):
     DWROLL = "dwroll"
     GWALK = "gwalk"
     DWROW = "dwrow"
+    DWRUN = "dwrun"
 
     @property
     def uses_tensor_cores(self) -> bool:
-        return self not in (Family.DIRECT, Family.DWROLL, Family.DWROW)
+        return self not in (Family.DIRECT, Family.DWROLL, Family.DWROW, Family.DWRUN)
 
     @property
     def directions(self) -> tuple[Direction, ...]:
         """The directions the family has kernels for (tma: forward and backward-data; dwrow: backward-weight)."""
         if self is Family.TMA:
             return (Direction.FORWARD, Direction.BACKWARD_DATA)
-        if self is Family.DWROW:
+        if self in (Family.DWROW, Family.DWRUN):
             return (Direction.BACKWARD_WEIGHT,)
         return tuple(Direction)
 
@@ -139,8 +142,10 @@ class KernelConfig:
         if self.ndim not in (2, 3):
             raise ConfigError(f"ndim: must be 2 or 3, got {self.ndim}")
         powers = ("block_m", "block_n", "num_warps", "group_m", "split_k", "merge")
-        if self.family not in (Family.DWROLL, Family.DWROW):  # their block_k is a filter height / width (3, 5, 7)
-            powers += ("block_k",)
+        if self.family not in (Family.DWROLL, Family.DWROW, Family.DWRUN):
+            powers += ("block_k",)  # (their block_k is a filter height / width: 3, 5, 7)
+        if self.family is Family.DWRUN:  # its block_m is a run of output columns (7 for 56- and 28-wide rows)
+            powers = tuple(name for name in powers if name != "block_m")
         for name in powers:
             value = getattr(self, name)
             if value < 1 or value & (value - 1):
@@ -193,6 +198,15 @@ class KernelConfig:
                                   "num_stages=1 (or 2: loads one row ahead), group_m=1")
             if not 1 <= self.block_k <= MAX_DWROLL_FILTER_HEIGHT:
                 raise ConfigError(f"block_k: a dwrow kernel's filter width must be 1..{MAX_DWROLL_FILTER_HEIGHT}, "
+                                  f"got {self.block_k}")
+        elif self.family is Family.DWRUN:
+            if self.vec != 1 or self.num_stages not in (1, 2) or self.merge != 1:
+                raise ConfigError("vec/num_stages/merge: dwrun kernels use vec=1 (one 16-bit channel value a thread: "
+                                  "any channel count), num_stages=1 (or 2: loads one row ahead), merge=1")
+            if not 1 <= self.block_m <= MAX_DWRUN_RUN:
+                raise ConfigError(f"block_m: a dwrun thread owns 1..{MAX_DWRUN_RUN} output columns, got {self.block_m}")
+            if not 1 <= self.block_k <= MAX_DWROLL_FILTER_HEIGHT:
+                raise ConfigError(f"block_k: a dwrun kernel's filter height must be 1..{MAX_DWROLL_FILTER_HEIGHT}, "
                                   f"got {self.block_k}")
         elif self.family.uses_tensor_cores:
             if self.block_k < 16 or self.block_m < 16 or self.block_n < 16:

@@ -60,6 +60,10 @@ _DWROLL_FILTER_HEIGHTS = (3, 5, 7)
 #: checked for every tile of ``full`` with F = 3, 5, 7; at the limits 217-250 registers).
 MAX_DWROLL_DATA_VALUES = 128
 MAX_DWROLL_WEIGHT_VALUES = 160
+#: dwrun: output columns a thread owns (block_m; 7 and 14 tile the 56-, 28-, 14- and 7-wide rows exactly), runs a
+#: program walks side by side (group_m).
+_DWRUN_RUN = (4, 7, 8, 14, 16)
+_DWRUN_RUNS = (1, 2, 4, 8, 16, 32)
 
 
 def _tensor_core_ok(config: KernelConfig, arch: ArchSpec) -> bool:
@@ -143,6 +147,12 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
             for bw, bn, fw, warps, stages, sk, i64 in itertools.product(*domains):
                 yield KernelConfig(direction, dtype, ndim, family, bw, bn, fw, warps, stages, 1, sk, 1, 8, i64)
             continue
+        if family is Family.DWRUN:  # backward-weight only (Family.directions)
+            domains = (_DWRUN_RUN, _DWROLL_BLOCK_N, _DWROLL_FILTER_HEIGHTS, _DIRECT_WARPS, (1, 2), _DWRUN_RUNS,
+                       (1, *_SPLIT_K[3:], DWROLL_MAX_SPLIT_K), (False, True))
+            for run, bn, fh, warps, stages, runs, sk, i64 in itertools.product(*domains):
+                yield KernelConfig(direction, dtype, ndim, family, run, bn, fh, warps, stages, runs, sk, 1, 1, i64)
+            continue
         if family is Family.DIRECT:
             domains = (_DIRECT_BLOCK_M, _DIRECT_BLOCK_N, _DIRECT_TAPS_W, _DIRECT_WARPS,
                        _SPLIT_K if bwd_weight else (1,), (1, 8), (False, True))
@@ -178,6 +188,15 @@ def dwrow_live_values(config: KernelConfig) -> float:
     return (config.block_k + raw) * _dwroll_per_thread(config)
 
 
+def dwrun_live_values(config: KernelConfig) -> int:
+    """fp32 registers a dwrun thread keeps live (one element of each tile): ``F_H²`` accumulators, the ``F_H × RUN``
+    dY window and the ``RUN + F_H − 1`` input columns of a step, plus (``num_stages`` 2) the next step's raw values,
+    one register each."""
+    height, run = config.block_k, config.block_m
+    step = run + (run + height - 1)
+    return height * height + height * run + (run + height - 1) + (step if config.num_stages == 2 else 0)
+
+
 def _dwroll_per_thread(config: KernelConfig) -> int:
     return config.block_m * config.block_n // (32 * config.num_warps)
 
@@ -200,6 +219,9 @@ def _full_rule(config: KernelConfig, arch: ArchSpec) -> bool:
         return _dwroll_ok(config)
     if config.family is Family.DWROW:
         return dwrow_live_values(config) <= MAX_DWROLL_DATA_VALUES and _dwroll_per_thread(config) >= 2
+    if config.family is Family.DWRUN:  # one element of each tile a thread (no replicated threads)
+        return (config.group_m * config.block_n == 32 * config.num_warps
+                and dwrun_live_values(config) <= MAX_DWROLL_WEIGHT_VALUES)
     if config.family is Family.GWALK and config.direction is Direction.BACKWARD_WEIGHT:
         # Triton gives a chain of dots into one accumulator warps along M only (16 rows each): more warps
         # than 4·block_m / 16 would hold copies of the same rows. Four warps walking two rows compile wrong
@@ -329,6 +351,8 @@ def _default_split_data_rule(c: KernelConfig) -> bool:
 def _default_rule(config: KernelConfig) -> bool:
     """The registry shipped and measured by default: a few hundred kernels per (direction, dtype)."""
     c = config
+    if c.family is Family.DWRUN:
+        return False  # not measured yet
     if c.family is Family.DWROW:
         if c.index64 or c.dtype is DType.FP32:
             return False

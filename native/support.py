@@ -44,7 +44,7 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
         largest = max(problem.input_elements, problem.weight_elements, problem.output_elements)
         return Support(False, f"input/weight/output: a tensor has {largest} elements (> 2^31-1); "
                               "needs a 64-bit-indexed kernel (i64)")
-    if config.family in (Family.DIRECT, Family.DWROLL, Family.DWROW) and config.index64:
+    if config.family in (Family.DIRECT, Family.DWROLL, Family.DWROW, Family.DWRUN) and config.index64:
         # Direct kernels keep per-row arithmetic in 32 bits; only element offsets are 64-bit.
         largest_dim = max(problem.batch, problem.in_channels, problem.out_channels, *problem.input_size,
                           *problem.output_size)
@@ -98,6 +98,10 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
         refusal = _dwrow_refusal(problem, config)
         if refusal:
             return Support(False, refusal)
+    if config.family is Family.DWRUN:
+        refusal = _dwrun_refusal(problem, config)
+        if refusal:
+            return Support(False, refusal)
     if config.family is Family.TMA:
         refusal = _tma_refusal(problem, config)
         if refusal:
@@ -114,8 +118,8 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
         if partials > MAX_SPLIT_PARTIALS_BYTES:
             return Support(False, f"batch/input_size: split_k={config.split_k} would need {partials} bytes of fp32 "
                                   f"partials (> {MAX_SPLIT_PARTIALS_BYTES}); the unsplit kernel runs it")
-    elif config.split_k > 1 and config.family not in (Family.DWROLL, Family.DWROW, Family.GWALK):
-        # (dwroll, dwrow and gwalk: their empty splits write zero partials)
+    elif config.split_k > 1 and config.family not in (Family.DWROLL, Family.DWROW, Family.DWRUN, Family.GWALK):
+        # (dwroll, dwrow, dwrun and gwalk: their empty splits write zero partials)
         reduction = problem.batch * math.prod(problem.output_size)
         step = config.block_m if config.family is Family.DIRECT else config.block_k
         if -(-reduction // step) < config.split_k:  # every split must own at least one step
@@ -183,7 +187,7 @@ def _dwroll_refusal(problem: ConvProblem, config: KernelConfig) -> str:
 
 
 def _depthwise_rows_refusal(problem: ConvProblem, config: KernelConfig) -> str:
-    """What dwroll and dwrow both need ('' when it holds): a depthwise problem, and one row of the input or the
+    """What dwroll, dwrow and dwrun need ('' when it holds): a depthwise problem, and one row of the input or the
     output (W·C elements) within 32-bit offsets."""
     family = config.family.value
     if problem.c_per_group != 1 or problem.k_per_group != 1:
@@ -204,6 +208,23 @@ def _dwrow_refusal(problem: ConvProblem, config: KernelConfig) -> str:
         return refusal
     return (f"filter_size: dwrow block_k {config.block_k} unrolls at most {config.block_k} filter columns, "
             f"got {list(problem.filter_size)}")
+
+
+def _dwrun_refusal(problem: ConvProblem, config: KernelConfig) -> str:
+    """Why a ``dwrun`` kernel cannot run the problem ('' when it can): depthwise, rows and columns walked with
+    stride 1 and dilation 1 (any depth stride, dilation and padding), a filter ``block_k`` high and at most that
+    wide, 32-bit row offsets."""
+    refusal = _depthwise_rows_refusal(problem, config)
+    if refusal:
+        return refusal
+    if any(s != 1 for s in problem.stride[-2:]) or any(d != 1 for d in problem.dilation[-2:]):
+        return (f"stride/dilation: dwrun kernels walk rows and columns with stride 1 and dilation 1, got stride "
+                f"{list(problem.stride)}, dilation {list(problem.dilation)}")
+    filter_h, filter_w = problem.filter_size[-2:]
+    if filter_h != config.block_k or filter_w > config.block_k:
+        return (f"filter_size: dwrun block_k {config.block_k} runs filters {config.block_k} high and at most "
+                f"{config.block_k} wide, got {list(problem.filter_size)}")
+    return ""
 
 
 def _tma_refusal(problem: ConvProblem, config: KernelConfig) -> str:

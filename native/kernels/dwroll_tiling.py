@@ -1,6 +1,6 @@
 """How the dwroll launchers tile a problem (``native/kernels/dwroll.py``), without Triton: row chunks,
-the forward pass each direction runs, backward-weight work items; and the work items of the dwrow
-backward-weight launcher (``native/kernels/dwrow.py``). Shared by the launchers and the
+the forward pass each direction runs, backward-weight work items; and the work items of the dwrow and dwrun
+backward-weight launchers (``native/kernels/dwrow.py``, ``native/kernels/dwrun.py``). Shared by the launchers and the
 feature engine (``models/features.py``), which evaluates :func:`row_chunk` over arrays of configs.
 
 A program owns a strip of ``block_m`` output columns × ``block_n`` channels at one ``(n, o_d)`` and a
@@ -56,11 +56,12 @@ def data_rows(problem: ConvProblem, config: KernelConfig, geo: dict[str, tuple[i
     return int(row_chunk(strips, out_h, geo["filter"][1]))
 
 
-def weight_tiling(problem: ConvProblem, config: KernelConfig) -> tuple[int, int]:
+def weight_tiling(problem: ConvProblem, config: KernelConfig, strip_w: int | None = None) -> tuple[int, int]:
     """(ROWS, ITEMS_PER_SPLIT) of a backward-weight launch: chunks so that there are about
-    ``split_k`` work items per split or more, items split evenly."""
+    ``split_k`` work items per split or more, items split evenly. ``strip_w``: output columns of a work
+    item (default ``block_m``)."""
     out_d, out_h, out_w = as3d(problem.output_size, 1)
-    strips = problem.batch * out_d * cdiv(out_w, config.block_m)
+    strips = problem.batch * out_d * cdiv(out_w, config.block_m if strip_w is None else strip_w)
     rows = int(row_chunk(strips * cdiv(TARGET_PROGRAMS, config.split_k), out_h, problem.filter_size[-2]))
     items = strips * cdiv(out_h, rows)
     return rows, cdiv(items, config.split_k)
@@ -77,6 +78,12 @@ def dwrow_tiling(problem: ConvProblem, config: KernelConfig) -> tuple[int, int, 
     rows = cdiv(out_h, chunks)
     items = strips * cdiv(out_h, rows)
     return rows, cdiv(items, config.split_k), items
+
+
+def dwrun_tiling(problem: ConvProblem, config: KernelConfig) -> tuple[int, int]:
+    """(ROWS, ITEMS_PER_SPLIT) of a dwrun backward-weight launch (``dwrun.py``): :func:`weight_tiling` over strips
+    of ``group_m`` runs of ``block_m`` columns."""
+    return weight_tiling(problem, config, config.block_m * config.group_m)
 
 
 #: Elements per thread up to which a 2D 3×3 forward / backward-data program holds its channel block's

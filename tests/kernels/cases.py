@@ -57,6 +57,10 @@ SHAPES_2D = {
     # dwrow: a 7x7 filter with dilated rows and strided columns, asymmetric pads, 16 channels.
     "dwrow_7x7": dict(batch=3, groups=16, in_channels=16, out_channels=16, input_size=(13, 11), filter_size=(7, 7),
                       stride=(1, 2), dilation=(2, 1), pad_begin=(3, 2), pad_end=(4, 4)),
+    # dwrun: 12 channels (no 8-aligned vector), a 7x5 filter, asymmetric pads (the top one past the filter's
+    # half), 13 output columns (a partial strip and a partial run).
+    "dwrun_7x5": dict(batch=3, groups=12, in_channels=12, out_channels=12, input_size=(9, 13), filter_size=(7, 5),
+                      stride=(1, 1), dilation=(1, 1), pad_begin=(4, 1), pad_end=(2, 3)),
     # No padding: the forward tma kernel reads the input in place (no padded copy).
     "stride1_valid": dict(batch=2, groups=1, in_channels=32, out_channels=16, input_size=(4, 5), filter_size=(2, 2),
                           stride=(1, 1), dilation=(1, 1), pad_begin=(0, 0), pad_end=(0, 0)),
@@ -75,6 +79,9 @@ SHAPES_3D = {
                          pad_end=(1, 1, 0)),
     "dwroll": dict(batch=2, groups=16, in_channels=16, out_channels=16, input_size=(3, 5, 6), filter_size=(3, 3, 3),
                    stride=(1, 1, 1), dilation=(2, 1, 2), pad_begin=(1, 1, 2), pad_end=(2, 1, 0)),
+    # dwrun: depth strided and dilated (rows and columns at stride 1), 12 channels, asymmetric pads.
+    "dwrun": dict(batch=2, groups=12, in_channels=12, out_channels=12, input_size=(5, 4, 6), filter_size=(3, 3, 3),
+                  stride=(2, 1, 1), dilation=(2, 1, 1), pad_begin=(1, 1, 0), pad_end=(2, 1, 2)),
     "stride1_grouped": dict(batch=2, groups=2, in_channels=32, out_channels=32, input_size=(3, 4, 5),
                             filter_size=(2, 3, 3), stride=(1, 1, 1), dilation=(2, 1, 1), pad_begin=(1, 1, 0),
                             pad_end=(1, 0, 1)),
@@ -90,6 +97,7 @@ FAMILY_SHAPES = {
     Family.DWROLL: ("depthwise", "dwroll_strided", "dwroll_stride1", "dwroll"),
     Family.GWALK: ("depthwise", "walk_grouped", "walk_wide", "walk_strided"),
     Family.DWROW: ("depthwise", "dwrow_7x7", "dwroll_strided", "dwroll_stride1", "dwroll"),
+    Family.DWRUN: ("depthwise", "dwrun_7x5", "dwrun"),
 }
 
 
@@ -110,7 +118,8 @@ def small_config(direction: Direction, dtype: DType, ndim: int, family: Family, 
     direct block_k (4/8: the depthwise tap-row programs) or the dwroll filter height; ``wide``: a dwroll
     tile of 16 elements per thread (2D 3x3: the walk with tap-major weights instead of held ones), a
     gwalk tile of 64x64 channels (weights loaded per tap instead of held); ``rows``: gwalk's output rows;
-    ``held``: the output rows a dwroll forward / backward-data program holds (group_m; 1 = the rolling walk)."""
+    ``held``: the output rows a dwroll forward / backward-data program holds (group_m; 1 = the rolling walk);
+    dwrun: ``taps_w`` its filter height, ``wide`` 4 runs of 5 columns instead of 2 of 3."""
     if family is Family.GWALK and direction is Direction.BACKWARD_WEIGHT:  # wide: 32x32 channels, 32 lanes
         side = 32 if wide else 16
         return KernelConfig(direction, dtype, ndim, family, side, side, side, num_warps, 1, rows, split_k, merge, 8,
@@ -126,6 +135,10 @@ def small_config(direction: Direction, dtype: DType, ndim: int, family: Family, 
     if family is Family.DWROW:  # taps_w: the filter columns unrolled
         block_w, block_n = (16, 32) if wide else (8, 16)
         return KernelConfig(direction, dtype, ndim, family, block_w, block_n, taps_w, 1, stages, 1, split_k, 1, 8,
+                            index64)
+    if family is Family.DWRUN:  # one warp: 2 runs of 3 columns x 16 channels (4 runs of 5 x 8 channels)
+        run, runs, block_n = (5, 4, 8) if wide else (3, 2, 16)
+        return KernelConfig(direction, dtype, ndim, family, run, block_n, taps_w, 1, stages, runs, split_k, 1, 1,
                             index64)
     if family is Family.DIRECT:
         return KernelConfig(direction, dtype, ndim, family, 16, 8, taps_w, num_warps, 1, 1, split_k, 1, vec, index64)
@@ -162,6 +175,9 @@ def cases(ndims=(2, 3)):
                     if family is Family.DWROW:  # exactly the filter's width and wider (masked columns)
                         width = available[label]["filter_size"][-1]
                         variants = [dict(taps_w=width), dict(taps_w=7, stages=2, wide=True)]
+                    if family is Family.DWRUN:  # the filter's height; plain and loading a step ahead
+                        height = available[label]["filter_size"][-2]
+                        variants = [dict(taps_w=height), dict(taps_w=height, stages=2, wide=True)]
                     if family in (Family.GEMM1X1, Family.TMA):
                         variants = [dict(vec=8)]
                     if family is Family.IGEMM and label == "grouped_odd":
@@ -183,6 +199,8 @@ def cases(ndims=(2, 3)):
                         variants += [dict(v, split_k=4) for v in variants]
                     if family is Family.DWROW and label == "dwroll_strided":  # far more splits than items: zeros
                         variants.append(dict(taps_w=5, stages=2, split_k=128))
+                    if family is Family.DWRUN and label == "dwrun_7x5":  # far more splits than items: zeros
+                        variants.append(dict(taps_w=7, stages=2, split_k=128))
                     if family is Family.DWROLL and direction is Direction.BACKWARD_WEIGHT and label == "dwroll_stride1":
                         # default's largest split: far more splits than work items, so most are empty (zeros)
                         variants.append(dict(taps_w=available[label]["filter_size"][-2], stages=2, split_k=128))
@@ -241,6 +259,10 @@ DWROLL_GPU_HELD = (((64, 32, 4), 4, 7), ((16, 32, 4), 4, 7), ((32, 16, 4), 2, 3)
 #: plain and loading a row ahead, 4 and 8 warps, 3 to 7 columns.
 DWROW_GPU_TILES = ((64, 16, 3, 4, 1, 1), (32, 32, 3, 4, 2, 16), (16, 64, 5, 4, 2, 32), (32, 16, 7, 4, 2, 64),
                    (64, 32, 7, 8, 2, 128), (64, 16, 3, 8, 1, 8))
+#: dwrun GPU-test kernels (run, runs, block_n, filter height, warps, num_stages, split_k): unsplit and split up to 128,
+#: plain and loading a step ahead, 1 to 8 warps, runs of 4 to 14 columns, every filter height.
+DWRUN_GPU_TILES = ((7, 8, 16, 7, 4, 2, 64), (7, 4, 32, 7, 4, 1, 1), (4, 8, 16, 7, 4, 2, 128), (8, 4, 32, 5, 4, 2, 16),
+                   (14, 4, 32, 3, 4, 2, 32), (7, 16, 16, 3, 8, 2, 8), (8, 1, 32, 3, 1, 1, 4))
 #: Backward-weight dwroll kernels beyond DWROLL_GPU_TILES: default's lean 3x3 tile at its largest split.
 DWROLL_GPU_EXTRA_WEIGHT = ((64, 16, 3, 8, 2, 128),)
 
@@ -269,6 +291,10 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
         if family is Family.DWROW:
             out += [KernelConfig(direction, dtype, ndim, family, block_w, block_n, width, warps, stages, 1, split_k, 1,
                                  8) for block_w, block_n, width, warps, stages, split_k in DWROW_GPU_TILES]
+            continue
+        if family is Family.DWRUN:
+            out += [KernelConfig(direction, dtype, ndim, family, run, block_n, height, warps, stages, runs, split_k, 1,
+                                 1) for run, runs, block_n, height, warps, stages, split_k in DWRUN_GPU_TILES]
             continue
         if family is Family.GWALK:  # 2D bf16/fp16: held (32x32) and loaded (64x64) weights, 4 and 8 warps
             if ndim == 2 and dtype is not DType.FP32 and direction is Direction.BACKWARD_WEIGHT:

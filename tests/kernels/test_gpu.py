@@ -176,6 +176,34 @@ def test_random_depthwise_filter_rows(registry, dtype, ndim, seed):
     assert not _check(problem, registry, configs), problem.key
 
 
+def _random_depthwise_runs_problem(rng: random.Random, ndim: int, dtype: DType) -> ConvProblem:
+    """A depthwise backward-weight problem the dwrun kernels run: rows and columns at stride 1 and dilation 1 with
+    a 3, 5 or 7 high filter (at most as wide), depth strided and dilated, asymmetric pads up to the filter, any
+    channel count (odd ones leave partial channel blocks), widths that leave partial runs and strips."""
+    channels = rng.choice([rng.randint(1, 40), 8 * rng.randint(1, 13)])
+    height = rng.choice([3, 5, 7])
+    filt = (*(rng.choice([1, 3]) for _ in range(ndim - 2)), height, rng.randint(1, height))
+    stride = (*(rng.choice([1, 2]) for _ in range(ndim - 2)), 1, 1)
+    dilation = (*(rng.choice([1, 2]) for _ in range(ndim - 2)), 1, 1)
+    size = tuple(rng.randint(3, 8) for _ in range(ndim - 2)) + (rng.randint(3, 40), rng.randint(3, 70))
+    size = tuple(max(s, d * (f - 1) + 1) for s, d, f in zip(size, dilation, filt))
+    pad_begin = tuple(rng.randint(0, f) for f in filt)
+    pad_end = tuple(rng.randint(0, f) for f in filt)
+    return ConvProblem(direction=Direction.BACKWARD_WEIGHT, dtype=dtype, batch=rng.randint(1, 6), groups=channels,
+                       in_channels=channels, out_channels=channels, input_size=size, filter_size=filt,
+                       stride=stride, dilation=dilation, pad_begin=pad_begin, pad_end=pad_end)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("ndim", (2, 3))
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.value)
+def test_random_depthwise_runs(registry, dtype, ndim, seed):
+    rng = random.Random(f"dwrun-{dtype}-{ndim}-{seed}-{random.random()}")
+    problem = _random_depthwise_runs_problem(rng, ndim, dtype)
+    configs = [c for c in registry.configs if c.family is Family.DWRUN and c.dtype is dtype and c.ndim == ndim]
+    assert not _check(problem, registry, configs), problem.key
+
+
 def _random_walk_problem(rng: random.Random, direction: Direction, dtype: DType) -> ConvProblem:
     """A grouped 3x3 problem the gwalk kernels run (stride 1; backward-weight: strides and dilations 1-2, which
     its one-row walks take): 4-32 channels per group (K/G = C/G or twice it),

@@ -37,6 +37,7 @@ class Family(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FAMILY_DWROLL: _ClassVar[Family]
     FAMILY_GWALK: _ClassVar[Family]
     FAMILY_DWROW: _ClassVar[Family]
+    FAMILY_DWRUN: _ClassVar[Family]
 
 class SelectionPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -93,6 +94,7 @@ FAMILY_TMA: Family
 FAMILY_DWROLL: Family
 FAMILY_GWALK: Family
 FAMILY_DWROW: Family
+FAMILY_DWRUN: Family
 SELECTION_POLICY_UNSPECIFIED: SelectionPolicy
 SELECTION_POLICY_DEFAULT: SelectionPolicy
 SELECTION_POLICY_TUNING_DB_ONLY: SelectionPolicy

@@ -1,0 +1,214 @@
+"""Depthwise backward-weight with each thread owning a run of output columns (``dwrun``), 2D and 3D (2D runs as
+3D with depth 1), for C/G = K/G = 1, rows and columns walked with stride 1 and dilation 1, any channel count.
+
+``dW[k, t_d, t_h, t_w] = Σ_{n, o_d, o_h, o_w} dY[n, o, k] · X[n, o_d·s_d − p_d + t_d·d_d, o_h − p_h + t_h,
+o_w − p_w + t_w, k]`` (notation of direct.py). No GEMM view: with C/G = K/G = 1 every dW element is a dot over
+positions alone, so this is a CUDA-core FMA kernel.
+
+Why runs: dwroll (dwroll.py) spreads a strip's output columns over threads, so each filter column's shift of
+the input row is another load (an L1 hit), and it keeps ``F_H × F_H`` accumulator tiles the size of the whole
+strip, summed over the strip only at the end (7×7 on 8 warps: 196 registers, one program per SM; 98 FFMA of
+219 instructions a step, ``bench/results/2026-11-27_h200_s17/sass_depthwise_bwd_weight.md``). Here a thread
+owns ``RUN`` consecutive output columns of one channel, so
+
+* the ``F_W`` shifts of an input row are the same ``RUN + F_W − 1`` registers, indexed differently: a step
+  loads ``RUN`` dY and ``RUN + F_W − 1`` input values and issues ``F_H·F_W·RUN`` FMAs (7×7, run 7: 20 loads
+  for 343 FMAs);
+* the sum over a run's columns happens in the accumulators themselves: ``F_H·F_W`` fp32 values a thread,
+  whatever the run length.
+
+A program owns ``BLOCK_N`` channels × ``RUNS`` runs (a strip of ``RUNS·RUN`` columns; one element of each
+per thread: ``RUNS·BLOCK_N`` = 32 × warps), one depth tap ``t_d`` and one of ``split_k`` contiguous ranges of
+work items (an item = one ``(n, o_d, strip, row chunk)``, as in dwroll). It walks the chunk's output rows
+keeping the last ``F_H`` dY rows of its runs (``F_H·RUN`` values): at step ``s`` dY row ``o = o_h0 + s``
+enters the window and input row ``i_h = o − p_h`` pairs with window row ``t_h`` (dY row ``o − t_h``) for
+filter row ``t_h``:
+
+    acc[t_h, t_w] += Σ_{j < RUN} window[t_h][j] · x[j + t_w],   x[m] = X[i_h, strip + run·RUN − p_w + m]
+
+Each chunk walks ``F_H − 1`` extra steps (the rows its last dY rows pair with). At the end each program sums
+its accumulators over its runs and writes ``workspace[split]`` (dW's layout, fp32); the shared deterministic
+reduction (split_reduce.py) adds the splits in a fixed order.
+
+Config: ``block_m`` = ``RUN`` (columns a thread owns, any 1..:data:`~tiledispatch.native.configs.MAX_DWRUN_RUN`),
+``group_m`` = ``RUNS`` (runs a program walks side by side), ``block_n`` = channels, ``block_k`` = the filter
+height, unrolled (``F_W ≤ block_k``), ``num_stages`` 2 = each step's loads issued one step ahead of its FMAs,
+``split_k`` the splits; ``vec`` 1: each thread loads one 16-bit channel value, so any channel count runs.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from tiledispatch.native.configs import Family, KernelConfig
+from tiledispatch.native.kernels.base import Launch, Program, as3d, cdiv, fixed_sizes, int_type, pointer_type
+from tiledispatch.native.kernels.direct import _f32
+from tiledispatch.native.kernels.dwroll import _zeros_tuple
+from tiledispatch.native.kernels.dwroll_tiling import dwrun_tiling
+from tiledispatch.native.kernels.split_reduce import split_reduce_launch, weight_partials_elements, with_split_reduce
+from tiledispatch.native.problem import ConvProblem, Direction
+
+_PARAMS = ("BATCH", "CHANNELS", "IN_D", "IN_H", "IN_W", "OUT_D", "OUT_H", "OUT_W", "F_D", "F_W",
+           "STR_D", "DIL_D", "PAD_D", "PAD_H", "PAD_W", "ROWS", "ITEMS_PER_SPLIT")
+
+
+@triton.jit
+def _step_loads(x_ptr, dy_ptr, s, steps, oh0, oh_end, PAD_H, IN_H, IN_W, OUT_W, C, dy_plane, x_plane, dy_tile, x_tile,
+                run_col, x_col, col_ok, F_W, RUN: tl.constexpr, F_H: tl.constexpr):
+    """Raw 16-bit values of step ``s``: the runs' dY row ``o_h0 + s`` (``RUN`` tiles: column ``j`` of each run)
+    and input row ``o_h0 + s − p_h`` (``RUN + F_H − 1`` tiles: column ``m − p_w`` of each run); zeros past the
+    walk, outside the tensors and past the filter's width."""
+    o = oh0 + s
+    dy_row = dy_ptr + (dy_plane + o) * OUT_W * C
+    dy_row_ok = (s < steps) & (o < oh_end)
+    dys = ()
+    for j in tl.static_range(RUN):
+        ok = dy_row_ok & (run_col + j < OUT_W)
+        dys = dys + (tl.load(dy_row + dy_tile + j * C, mask=ok[:, None] & col_ok[None, :], other=0.0),)
+    ih = o - PAD_H
+    x_row = x_ptr + (x_plane + ih) * IN_W * C
+    x_row_ok = (s < steps) & (ih >= 0) & (ih < IN_H)
+    xs = ()
+    for m in tl.static_range(RUN + F_H - 1):
+        # 0 <= column < IN_W as one unsigned compare (a negative column wraps past any size < 2^31).
+        ok = x_row_ok & (m < RUN + F_W - 1) & ((x_col + m).to(tl.uint32, bitcast=True) < IN_W.to(tl.uint32))
+        xs = xs + (tl.load(x_row + x_tile + m * C, mask=ok[:, None] & col_ok[None, :], other=0.0),)
+    return dys, xs
+
+
+@triton.jit
+def _widen(values, COUNT: tl.constexpr):
+    out = ()
+    for i in tl.static_range(COUNT):
+        out = out + (_f32(values[i]),)
+    return out
+
+
+@triton.jit
+def _mac_runs(acc, window, xs, F_W, RUN: tl.constexpr, F_H: tl.constexpr):
+    """acc[t_h·F_H + t_w] += Σ_j window[t_h·RUN + j] · xs[j + t_w] for every filter row and column (columns
+    past ``F_W``: skipped, uniformly)."""
+    for tw in tl.static_range(F_H):
+        if tw < F_W:
+            out = ()
+            for i in tl.static_range(F_H * F_H):
+                if i % F_H == tw:
+                    total = acc[i]
+                    for j in tl.static_range(RUN):
+                        total = total + window[(i // F_H) * RUN + j] * xs[j + tw]
+                    out = out + (total,)
+                else:
+                    out = out + (acc[i],)
+            acc = out
+    return acc
+
+
+@triton.jit
+def _dwrun_bwd_weight_kernel(
+    x_ptr, dy_ptr, out_ptr,
+    BATCH, CHANNELS, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W, F_D, F_W,
+    STR_D, DIL_D, PAD_D, PAD_H, PAD_W, ROWS, ITEMS_PER_SPLIT,
+    RUN: tl.constexpr, RUNS: tl.constexpr, BLOCK_N: tl.constexpr, F_H: tl.constexpr, PREFETCH: tl.constexpr,
+    INDEX64: tl.constexpr,
+):
+    """See the module docstring. Grid = (channel blocks × F_D, split_k); ``F_W ≤ F_H``."""
+    C = CHANNELS
+    num_c = tl.cdiv(C, BLOCK_N)
+    pid_c = tl.program_id(0) % num_c
+    td = tl.program_id(0) // num_c
+    split = tl.program_id(1)
+    strip_w = RUNS * RUN
+    num_w = tl.cdiv(OUT_W, strip_w)
+    num_h = tl.cdiv(OUT_H, ROWS)
+    items = BATCH * OUT_D * num_w * num_h
+    first = split * ITEMS_PER_SPLIT
+    last = tl.minimum(first + ITEMS_PER_SPLIT, items)
+    cols = pid_c * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < C
+    runs = tl.arange(0, RUNS) * RUN
+
+    acc = _zeros_tuple(F_H * F_H, RUNS, BLOCK_N)
+    for item in range(first, last):
+        pid_w = item % num_w
+        rest = item // num_w
+        pid_h = rest % num_h
+        nd = rest // num_h
+        od = nd % OUT_D
+        n = nd // OUT_D
+        if INDEX64:
+            n = n.to(tl.int64)
+        i_d = od * STR_D - PAD_D + td * DIL_D
+        if (i_d >= 0) & (i_d < IN_D):  # uniform: otherwise this depth tap sees only padding
+            run_col = pid_w * strip_w + runs
+            x_col = run_col - PAD_W
+            dy_tile = (run_col * C)[:, None] + cols[None, :]
+            x_tile = (x_col * C)[:, None] + cols[None, :]
+            oh0 = pid_h * ROWS
+            oh_end = tl.minimum(oh0 + ROWS, OUT_H)
+            dy_plane = (n * OUT_D + od) * OUT_H
+            x_plane = (n * IN_D + i_d) * IN_H
+            steps = oh_end - oh0 + F_H - 1
+            window = _zeros_tuple(F_H * RUN, RUNS, BLOCK_N)
+            if PREFETCH:
+                nxt_dy, nxt_x = _step_loads(x_ptr, dy_ptr, 0, steps, oh0, oh_end, PAD_H, IN_H, IN_W, OUT_W, C,
+                                            dy_plane, x_plane, dy_tile, x_tile, run_col, x_col, col_ok, F_W, RUN, F_H)
+                for s in range(0, steps):
+                    cur_dy = nxt_dy
+                    cur_x = nxt_x
+                    nxt_dy, nxt_x = _step_loads(x_ptr, dy_ptr, s + 1, steps, oh0, oh_end, PAD_H, IN_H, IN_W, OUT_W, C,
+                                                dy_plane, x_plane, dy_tile, x_tile, run_col, x_col, col_ok, F_W, RUN,
+                                                F_H)
+                    window = _widen(cur_dy, RUN) + window[:(F_H - 1) * RUN]
+                    acc = _mac_runs(acc, window, _widen(cur_x, RUN + F_H - 1), F_W, RUN, F_H)
+            else:
+                for s in range(0, steps):
+                    dys, xs = _step_loads(x_ptr, dy_ptr, s, steps, oh0, oh_end, PAD_H, IN_H, IN_W, OUT_W, C,
+                                          dy_plane, x_plane, dy_tile, x_tile, run_col, x_col, col_ok, F_W, RUN, F_H)
+                    window = _widen(dys, RUN) + window[:(F_H - 1) * RUN]
+                    acc = _mac_runs(acc, window, _widen(xs, RUN + F_H - 1), F_W, RUN, F_H)
+
+    # dW[k, tap] at k·taps + tap (C/G = 1), tap = (t_d·F_H + t_h)·F_W + t_w; split partials: workspace[split].
+    taps = F_D * F_H * F_W
+    out_ptrs = out_ptr + split.to(tl.int64) * (C * taps) + (cols * taps + td * F_H * F_W)
+    for i in tl.static_range(F_H * F_H):
+        th = i // F_H
+        tw = i % F_H
+        tl.store(out_ptrs + (th * F_W + tw), tl.sum(acc[i], axis=0).to(out_ptr.dtype.element_ty),
+                 mask=col_ok & (tw < F_W))
+
+
+class DwrunBackwardWeight:
+    direction = Direction.BACKWARD_WEIGHT
+    families = frozenset({Family.DWRUN})
+
+    def programs(self, config: KernelConfig) -> dict[str, Program]:
+        ptr = pointer_type(config.dtype)
+        ints = int_type(config)
+        out_type = "*fp32" if config.split_k > 1 else ptr
+        types = {"x_ptr": ptr, "dy_ptr": ptr, "out_ptr": out_type, **{name: ints for name in _PARAMS}}
+        constexprs = {"RUN": config.block_m, "RUNS": config.group_m, "BLOCK_N": config.block_n, "F_H": config.block_k,
+                      "PREFETCH": config.num_stages == 2, "INDEX64": config.index64}
+        fixed = fixed_sizes(config, _dwrun_bwd_weight_kernel)
+        return with_split_reduce({"run": Program(_dwrun_bwd_weight_kernel, constexprs, types, config.num_warps, 1,
+                                                 fixed)}, config)
+
+    def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
+        return weight_partials_elements(problem, config)
+
+    def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
+        rows, items_per_split = dwrun_tiling(problem, config)
+        in_d, in_h, in_w = as3d(problem.input_size, 1)
+        out_d, out_h, out_w = as3d(problem.output_size, 1)
+        f_d, _, f_w = as3d(problem.filter_size, 1)
+        str_d = as3d(problem.stride, 1)[0]
+        dil_d = as3d(problem.dilation, 1)[0]
+        pad_d, pad_h, pad_w = as3d(problem.pad_begin, 0)
+        target = workspace if config.split_k > 1 else out
+        grid = (cdiv(problem.in_channels, config.block_n) * f_d, config.split_k, 1)
+        args = (problem.batch, problem.in_channels, in_d, in_h, in_w, out_d, out_h, out_w, f_d, f_w,
+                str_d, dil_d, pad_d, pad_h, pad_w, rows, items_per_split)
+        launches = [Launch("run", grid, (first, second, target, *args))]
+        if config.split_k > 1:
+            launches.append(split_reduce_launch(config, workspace, out, problem.weight_elements))
+        return launches
