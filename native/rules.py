@@ -297,6 +297,18 @@ DWROW_WEIGHT_TILES = {
     3: {3: ((32, 32, 4, 2, 64), (8, 64, 4, 2, 32))},
 }
 
+#: dwrun (run, block_n, warps, num_stages, runs) in ``default`` by filter height, each at 16, 32, 64 and 128 splits:
+#: the tiles within 3-5 % of the best dwrun kernel on the 12 stride-1 depthwise layers of the H200 probe
+#: (bench/results/2026-11-27_h200_s19/dwrun_probe: the dev suite's and the e2e models' layers), and their 5×5
+#: siblings. 7×7 takes runs of 4 columns (150 registers, 3 programs per SM; runs of 7 need 251), 3×3 and 5×5 runs of
+#: 7 (96-146 registers) and a 14-column run for 28-wide rows. 3D: the 3×3×3 tiles.
+DWRUN_WEIGHT_TILES = {
+    3: ((7, 128, 4, 2, 1), (7, 32, 4, 2, 4), (7, 16, 4, 2, 8), (7, 16, 8, 2, 16), (14, 32, 2, 1, 2)),
+    5: ((7, 32, 2, 2, 2), (7, 16, 4, 2, 8), (4, 16, 4, 2, 8), (7, 128, 4, 2, 1)),
+    7: ((4, 16, 2, 2, 4), (4, 16, 4, 2, 8), (4, 32, 2, 2, 2), (7, 32, 2, 2, 2)),
+}
+DWRUN_SPLITS = (16, 32, 64, 128)
+
 #: Split-K forward / backward-data tiles in ``default`` (block_m, block_n, block_k; 4 warps, 3 stages, v8,
 #: bf16/fp16, igemm in 2D and 3D, gemm1x1 in 2D) and their splits: for problems whose GEMM M is small
 #: (batch-1 inference), where the (m, n) tiles alone leave most SMs idle and each CTA walks a long
@@ -352,7 +364,12 @@ def _default_rule(config: KernelConfig) -> bool:
     """The registry shipped and measured by default: a few hundred kernels per (direction, dtype)."""
     c = config
     if c.family is Family.DWRUN:
-        return False  # not measured yet
+        if c.index64 or c.dtype is DType.FP32 or (c.ndim == 3 and c.block_k != 3):
+            return False  # 3D: the 3x3x3 filters video networks use
+        tile = (c.block_m, c.block_n, c.num_warps, c.num_stages, c.group_m)
+        if c.split_k == 1:  # the unsplit path, for CI's compile check
+            return tile == (7, 32, 4, 2, 4) and c.block_k == 3
+        return tile in DWRUN_WEIGHT_TILES.get(c.block_k, ()) and c.split_k in DWRUN_SPLITS
     if c.family is Family.DWROW:
         if c.index64 or c.dtype is DType.FP32:
             return False
@@ -537,6 +554,8 @@ def _tiny_rule(config: KernelConfig) -> bool:
             and (c.num_stages, c.block_m) in ((1, 16), (2, 32))
     if c.family is Family.DWROW:  # the unsplit path and one split tile
         return (c.block_m, c.block_n, c.block_k, c.split_k) in ((64, 16, 3, 1), (32, 32, 3, 64))
+    if c.family is Family.DWRUN:  # the unsplit path and one split tile
+        return (c.block_m, c.block_n, c.block_k, c.group_m) == (7, 32, 3, 4) and c.split_k in (1, 64)
     if c.family is Family.DIRECT:  # (+ one depthwise tap-row instance per direction: cheap binaries)
         if c.block_k > 1:
             tap_rows = (32, 32) if c.direction is Direction.BACKWARD_WEIGHT else (64, 32)
