@@ -17,7 +17,8 @@
 #             the shipped bf16 models (bench/gpu/refresh_sets.json): re-measure their changed kernels within WITHIN
 #             (default 1.25) x the problem's earlier best (--refresh, --training) into $WORK/refresh_{train,validation}_DIR,
 #             then time the configs no folder has (new_kernels; --complete; SHARD=I/N: every N-th training problem) into
-#             $WORK/complete_new_*; a later call on the same warm machine resumes them.
+#             $WORK/complete_new_*; a later call on the same warm machine resumes them. KINDS: the lists and their order
+#             (default 'train validation').
 #   configs:  bench/gpu/config_probe.py on PROBE_KERNELS (default stages_probe_kernels.json), as built, into $WORK/config_probe.
 #   l1:       bench/gpu/config_probe.py (tensor-core kernels with their cp.async cached in L1 too) into $WORK/l1_probe.
 #   held:     bench/gpu/held_probe.py into $WORK/held_probe (its own registry, /tmp/held_registry), then Nsight
@@ -126,7 +127,7 @@ case ${1:?synth, complete, torch, refresh, probe, configs, l1, dwrow, dwrun, fla
   refresh)
     for d in ${DIRS:-bwd_weight fwd bwd_data}; do
       new=$(python3 -c "import json; print('^(' + '|'.join(json.load(open('bench/gpu/refresh_sets.json'))['sets']['$d']['new_kernels']) + ')\$')")
-      for kind in train validation; do
+      for kind in ${KINDS:-train validation}; do
         folders=$(python3 -c "import json; print(' '.join(json.load(open('bench/gpu/refresh_sets.json'))['sets']['$d']['$kind']))")
         # shellcheck disable=SC2086
         timeout "$(left)" td bench --problems "models/data/problems/${kind}_$d.json" --direction "$d" --refresh $folders \
