@@ -15,7 +15,7 @@ from tiledispatch.native.rules import rule_set_configs
 
 # The grammar, written out independently of configs._NAME_RE.
 GRAMMAR = re.compile(
-    r"gconv_(fwd|bwd_data|bwd_weight)_(bf16|fp16|fp32)_([23])d_(igemm|gmerge|gemm1x1|direct|tma|dwroll|gwalk|dwrow)"
+    r"gconv_(fwd|bwd_data|bwd_weight)_(bf16|fp16|fp32)_([23])d_(igemm|gmerge|gemm1x1|direct|tma|dwroll|gwalk|dwrow|dwrun)"
     r"_([1-9][0-9]*)x([1-9][0-9]*)x([1-9][0-9]*)_w([1-9][0-9]*)_s([1-9][0-9]*)_gm([1-9][0-9]*)"
     r"_sk([1-9][0-9]*)_mg([1-9][0-9]*)_v(1|8)_i(32|64)"
 )
@@ -250,7 +250,7 @@ def test_resource_estimates():
     eight = dataclasses.replace(config, num_warps=8)
     assert eight.accumulator_registers == 32
     assert KernelConfig(**direct()).smem_bytes_estimate == 0
-    cuda_core = (Family.DIRECT, Family.DWROLL, Family.DWROW)
+    cuda_core = (Family.DIRECT, Family.DWROLL, Family.DWROW, Family.DWRUN)
     assert not any(f.uses_tensor_cores for f in cuda_core)
     assert all(f.uses_tensor_cores for f in Family if f not in cuda_core)
 
@@ -288,5 +288,24 @@ def test_dwrow_config_rules(fields, message):
     base = dict(direction=Direction.BACKWARD_WEIGHT, dtype=DType.BF16, ndim=3, family=Family.DWROW, block_m=32,
                 block_n=32, block_k=5, num_warps=4, num_stages=2, split_k=64, vec=8)
     assert KernelConfig(**base).name == "gconv_bwd_weight_bf16_3d_dwrow_32x32x5_w4_s2_gm1_sk64_mg1_v8_i32"
+    with pytest.raises(ConfigError, match=message):
+        KernelConfig(**{**base, **fields})
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(block_m=17), "owns 1..16 output columns"),
+    (dict(block_m=0), "owns 1..16 output columns"),
+    (dict(block_k=8), "filter height must be 1..7"),
+    (dict(vec=8), "vec=1"),
+    (dict(num_stages=3), "num_stages=1"),
+    (dict(group_m=3), "group_m: must be a power of two"),
+    (dict(block_n=24), "block_n: must be a power of two"),
+    (dict(direction=Direction.FORWARD, split_k=1), "dwrun kernels run bwd_weight"),
+])
+def test_dwrun_config_rules(fields, message):
+    base = dict(direction=Direction.BACKWARD_WEIGHT, dtype=DType.BF16, ndim=2, family=Family.DWRUN, block_m=7,
+                block_n=16, block_k=7, num_warps=4, num_stages=2, group_m=8, split_k=64, vec=1)
+    # block_m is a run of columns (7: any length up to 16), not a power of two
+    assert KernelConfig(**base).name == "gconv_bwd_weight_bf16_2d_dwrun_7x16x7_w4_s2_gm8_sk64_mg1_v1_i32"
     with pytest.raises(ConfigError, match=message):
         KernelConfig(**{**base, **fields})

@@ -314,6 +314,39 @@ def test_dwrow_refusals_name_the_field(overrides, width, field):
     assert not support and support.reason.startswith(field), support.reason
 
 
+# ---- dwrun: depthwise backward-weight, a run of output columns a thread -----------------------------------------
+
+def _dwrun(height=3, ndim=2) -> KernelConfig:
+    return KernelConfig(Direction.BACKWARD_WEIGHT, DType.BF16, ndim, Family.DWRUN, 7, 32, height, 4, 2, 4, 32, 1, 1)
+
+
+def test_dwrun_runs_stride_one_rows_and_columns_of_its_height_any_channel_count():
+    weight = dict(direction="bwd_weight")
+    assert is_supported(_depthwise(**weight), _dwrun())
+    assert is_supported(_depthwise(**weight, groups=13, in_channels=13, out_channels=13), _dwrun())  # not 8-aligned
+    narrow = _depthwise(**weight, filter_size=(7, 2), pad_begin=(4, 0), pad_end=(2, 1))  # 7 high, 2 wide
+    assert is_supported(narrow, _dwrun(7))
+    assert is_supported(problem(direction="bwd_weight", groups=16, in_channels=16, out_channels=16,
+                                input_size=(5, 6, 6), filter_size=(3, 3, 3), stride=(2, 1, 1), dilation=(2, 1, 1),
+                                pad_begin=(1, 1, 1), pad_end=(1, 1, 1)), _dwrun(ndim=3))  # depth strided, dilated
+
+
+@pytest.mark.parametrize("overrides, height, field", [
+    (dict(groups=32), 3, "in_channels/out_channels"),                                       # C/G = 2
+    (dict(stride=(1, 2)), 3, "stride/dilation"),                                             # strided columns
+    (dict(dilation=(2, 1), pad_begin=(2, 1), pad_end=(2, 1)), 3, "stride/dilation"),        # dilated rows
+    (dict(filter_size=(3, 5), pad_begin=(1, 2), pad_end=(1, 2)), 3, "filter_size"),        # wider than high
+    (dict(filter_size=(5, 5), pad_begin=(2, 2), pad_end=(2, 2)), 3, "filter_size"),        # taller than unrolled
+    (dict(groups=2**22, in_channels=2**22, out_channels=2**22, input_size=(4, 600), batch=1), 3, "input_size"),
+])
+def test_dwrun_refusals_name_the_field(overrides, height, field):
+    config = _dwrun(height)
+    if field == "input_size":  # a row of more than 2^31 elements: past what even the 64-bit-indexed kernels take
+        config = dataclasses.replace(config, index64=True)
+    support = is_supported(_depthwise(direction="bwd_weight", **overrides), config)
+    assert not support and support.reason.startswith(field), support.reason
+
+
 # ---- gwalk: 2D 3x3 stride-1 grouped walks ------------------------------------------------------------------
 
 def _walk(direction=Direction.FORWARD, side=32, merge=4) -> KernelConfig:
