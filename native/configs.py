@@ -90,7 +90,7 @@ class Family(str, Enum):
         """The directions the family has kernels for (tma: forward and backward-data; dwrow: backward-weight)."""
         if self is Family.TMA:
             return (Direction.FORWARD, Direction.BACKWARD_DATA)
-        if self in (Family.DWROW, Family.DWRUN):
+        if self is Family.DWROW:
             return (Direction.BACKWARD_WEIGHT,)
         return tuple(Direction)
 
@@ -203,6 +203,9 @@ class KernelConfig:
             if self.vec != 1 or self.num_stages not in (1, 2) or self.merge != 1:
                 raise ConfigError("vec/num_stages/merge: dwrun kernels use vec=1 (one 16-bit channel value a thread: "
                                   "any channel count), num_stages=1 (or 2: loads one row ahead), merge=1")
+            if self.direction is not Direction.BACKWARD_WEIGHT and self.ndim != 2:
+                raise ConfigError(f"ndim: dwrun {self.direction.value} kernels are 2D (3D: backward-weight only), "
+                                  f"got {self.ndim}")
             if not 1 <= self.block_m <= MAX_DWRUN_RUN:
                 raise ConfigError(f"block_m: a dwrun thread owns 1..{MAX_DWRUN_RUN} output columns, got {self.block_m}")
             if not 1 <= self.block_k <= MAX_DWROLL_FILTER_HEIGHT:

@@ -77,7 +77,7 @@ def templates() -> dict[tuple[Direction, Family], KernelTemplate]:
         from tiledispatch.native.kernels.direct import DirectBackwardData, DirectBackwardWeight, DirectForward
         from tiledispatch.native.kernels.dwroll import DwrollBackwardWeight, DwrollData
         from tiledispatch.native.kernels.dwrow import DwrowBackwardWeight
-        from tiledispatch.native.kernels.dwrun import DwrunBackwardWeight
+        from tiledispatch.native.kernels.dwrun import DwrunBackwardWeight, DwrunData
         from tiledispatch.native.kernels.gwalk import GwalkConvolution
         from tiledispatch.native.kernels.gwalk_bwd_weight import GwalkBackwardWeight
         from tiledispatch.native.kernels.igemm_bwd_data import IgemmBackwardData
@@ -91,7 +91,8 @@ def templates() -> dict[tuple[Direction, Family], KernelTemplate]:
                          TmaConvolution(Direction.FORWARD), TmaConvolution(Direction.BACKWARD_DATA),
                          DwrollData(Direction.FORWARD), DwrollData(Direction.BACKWARD_DATA), DwrollBackwardWeight(),
                          GwalkConvolution(Direction.FORWARD), GwalkConvolution(Direction.BACKWARD_DATA),
-                         GwalkBackwardWeight(), DwrowBackwardWeight(), DwrunBackwardWeight()):
+                         GwalkBackwardWeight(), DwrowBackwardWeight(), DwrunBackwardWeight(),
+                         DwrunData(Direction.FORWARD), DwrunData(Direction.BACKWARD_DATA)):
             for family in template.families:
                 table[(template.direction, family)] = template
         _TEMPLATES = table

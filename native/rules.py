@@ -147,9 +147,11 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
             for bw, bn, fw, warps, stages, sk, i64 in itertools.product(*domains):
                 yield KernelConfig(direction, dtype, ndim, family, bw, bn, fw, warps, stages, 1, sk, 1, 8, i64)
             continue
-        if family is Family.DWRUN:  # backward-weight only (Family.directions)
+        if family is Family.DWRUN:  # forward / backward-data: 2D, unsplit
+            if not bwd_weight and ndim != 2:
+                continue
             domains = (_DWRUN_RUN, _DWROLL_BLOCK_N, _DWROLL_FILTER_HEIGHTS, _DIRECT_WARPS, (1, 2), _DWRUN_RUNS,
-                       (1, *_SPLIT_K[3:], DWROLL_MAX_SPLIT_K), (False, True))
+                       (1, *_SPLIT_K[3:], DWROLL_MAX_SPLIT_K) if bwd_weight else (1,), (False, True))
             for run, bn, fh, warps, stages, runs, sk, i64 in itertools.product(*domains):
                 yield KernelConfig(direction, dtype, ndim, family, run, bn, fh, warps, stages, runs, sk, 1, 1, i64)
             continue
@@ -189,11 +191,11 @@ def dwrow_live_values(config: KernelConfig) -> float:
 
 
 def dwrun_live_values(config: KernelConfig) -> int:
-    """fp32 registers a dwrun thread keeps live (one element of each tile): ``F_H²`` accumulators, the ``F_H × RUN``
-    dY window and the ``RUN + F_H − 1`` input columns of a step, plus (``num_stages`` 2) the next step's raw values,
-    one register each."""
+    """fp32 registers a dwrun thread keeps live (one element of each tile): ``F_H²`` accumulators (forward /
+    backward-data: weights), the ``F_H × RUN`` dY window (output rows), the ``RUN + F_H − 1`` input columns of a
+    step, plus (``num_stages`` 2) the next step's raw values, one register each."""
     height, run = config.block_k, config.block_m
-    step = run + (run + height - 1)
+    step = (run + height - 1) + (run if config.direction is Direction.BACKWARD_WEIGHT else 0)
     return height * height + height * run + (run + height - 1) + (step if config.num_stages == 2 else 0)
 
 

@@ -212,8 +212,9 @@ def _dwrow_refusal(problem: ConvProblem, config: KernelConfig) -> str:
 
 def _dwrun_refusal(problem: ConvProblem, config: KernelConfig) -> str:
     """Why a ``dwrun`` kernel cannot run the problem ('' when it can): depthwise, rows and columns walked with
-    stride 1 and dilation 1 (any depth stride, dilation and padding), a filter ``block_k`` high and at most that
-    wide, 32-bit row offsets."""
+    stride 1 and dilation 1 (backward-weight: any depth stride, dilation and padding; backward-data: every stride
+    1), a filter ``block_k`` high and at most that wide, 32-bit row offsets. (The config is 2D in the data
+    directions: KernelConfig checks.)"""
     refusal = _depthwise_rows_refusal(problem, config)
     if refusal:
         return refusal
@@ -221,6 +222,8 @@ def _dwrun_refusal(problem: ConvProblem, config: KernelConfig) -> str:
         return (f"stride/dilation: dwrun kernels walk rows and columns with stride 1 and dilation 1, got stride "
                 f"{list(problem.stride)}, dilation {list(problem.dilation)}")
     filter_h, filter_w = problem.filter_size[-2:]
+    if problem.direction is Direction.BACKWARD_DATA and any(s != 1 for s in problem.stride):
+        return f"stride: backward-data dwrun kernels need stride 1, got {list(problem.stride)}"
     if filter_h != config.block_k or filter_w > config.block_k:
         return (f"filter_size: dwrun block_k {config.block_k} runs filters {config.block_k} high and at most "
                 f"{config.block_k} wide, got {list(problem.filter_size)}")

@@ -300,7 +300,8 @@ def test_dwrow_config_rules(fields, message):
     (dict(num_stages=3), "num_stages=1"),
     (dict(group_m=3), "group_m: must be a power of two"),
     (dict(block_n=24), "block_n: must be a power of two"),
-    (dict(direction=Direction.FORWARD, split_k=1), "dwrun kernels run bwd_weight"),
+    (dict(direction=Direction.FORWARD, split_k=1, ndim=3), "dwrun fwd kernels are 2D"),
+    (dict(direction=Direction.BACKWARD_DATA, split_k=4), "split_k"),
 ])
 def test_dwrun_config_rules(fields, message):
     base = dict(direction=Direction.BACKWARD_WEIGHT, dtype=DType.BF16, ndim=2, family=Family.DWRUN, block_m=7,

@@ -56,7 +56,8 @@ def hard_rule_violation(config: KernelConfig, arch: str) -> str | None:
         # One element of each tile a thread: F_H² accumulators, the F_H × RUN dY window, the RUN + F_H − 1 input
         # columns of a step, and the next step's raw values when loads run ahead.
         height, run = config.block_k, config.block_m
-        values = height * height + height * run + run + height - 1 + (2 * run + height - 1) * (config.num_stages - 1)
+        raw = (run + height - 1) + (run if config.direction is Direction.BACKWARD_WEIGHT else 0)
+        values = height * height + height * run + run + height - 1 + raw * (config.num_stages - 1)
         if config.group_m * config.block_n != 32 * config.num_warps or values > MAX_DWROLL_WEIGHT_VALUES:
             return f"dwrun tile {config.group_m} x {config.block_n} on {config.num_warps} warps, {values} live values"
         return None

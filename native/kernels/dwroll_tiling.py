@@ -86,6 +86,16 @@ def dwrun_tiling(problem: ConvProblem, config: KernelConfig) -> tuple[int, int]:
     return weight_tiling(problem, config, config.block_m * config.group_m)
 
 
+def dwrun_data_rows(problem: ConvProblem, config: KernelConfig, geo: dict[str, tuple[int, ...]] | None = None) -> int:
+    """ROWS of a dwrun forward / backward-data launch (``dwrun.py``; 2D): :func:`row_chunk` over programs of
+    ``block_n`` channels × ``group_m`` runs of ``block_m`` columns."""
+    geo = data_geometry(problem) if geo is None else geo
+    _, out_h, out_w = geo["out"]
+    strips = (cdiv(problem.in_channels, config.block_n) * cdiv(out_w, config.block_m * config.group_m)
+              * problem.batch)
+    return int(row_chunk(strips, out_h, geo["filter"][1]))
+
+
 #: Elements per thread up to which a 2D 3×3 forward / backward-data program holds its channel block's
 #: nine weights in registers (72 fp32 values for 8 channels per thread): 128 registers at 8 elements
 #: per thread, 180 at 16 (ptxas, sm_90), where the per-step L1 reloads cost less than the occupancy.

@@ -1,5 +1,6 @@
-"""Depthwise backward-weight with each thread owning a run of output columns (``dwrun``), 2D and 3D (2D runs as
-3D with depth 1), for C/G = K/G = 1, rows and columns walked with stride 1 and dilation 1, any channel count.
+"""Depthwise convolution with each thread owning a run of output columns (``dwrun``): backward-weight 2D and 3D (2D
+runs as 3D with depth 1), forward and backward-data 2D; C/G = K/G = 1, rows and columns walked with stride 1 and
+dilation 1, any channel count.
 
 ``dW[k, t_d, t_h, t_w] = Σ_{n, o_d, o_h, o_w} dY[n, o, k] · X[n, o_d·s_d − p_d + t_d·d_d, o_h − p_h + t_h,
 o_w − p_w + t_w, k]`` (notation of direct.py). No GEMM view: with C/G = K/G = 1 every dW element is a dot over
@@ -30,6 +31,17 @@ Each chunk walks ``F_H − 1`` extra steps (the rows its last dY rows pair with)
 its accumulators over its runs and writes ``workspace[split]`` (dW's layout, fp32); the shared deterministic
 reduction (split_reduce.py) adds the splits in a fixed order.
 
+Forward and backward-data (2D, rows and columns at stride 1 and dilation 1; backward-data = the forward pass over dY
+with the filter flipped and ``pad' = F − 1 − pad_begin``, dwroll_tiling.data_geometry): a program owns ``BLOCK_N``
+channels × ``RUNS`` runs of one image and a chunk of output rows, holds the channels' ``F_H·F_W`` weights (fp32) and
+the last ``F_H`` output rows of its runs, and at step ``s`` loads input row ``i_h = o_h0 − p_h + s`` once
+(``RUN + F_W − 1`` values a run):
+
+    acc[t_h][j] += Σ_{t_w} W[t_h, t_w] · x[j + t_w]     (acc[t_h] = output row i_h + p_h − t_h)
+
+then stores ``acc[F_H − 1]`` (it has seen every filter row) and rolls the window by one row. A step issues
+``F_H·F_W·RUN`` FMAs for ``RUN + F_W − 1`` loads and ``RUN`` stores.
+
 Config: ``block_m`` = ``RUN`` (columns a thread owns, any 1..:data:`~tiledispatch.native.configs.MAX_DWRUN_RUN`),
 ``group_m`` = ``RUNS`` (runs a program walks side by side), ``block_n`` = channels, ``block_k`` = the filter
 height, unrolled (``F_W ≤ block_k``), ``num_stages`` 2 = each step's loads issued one step ahead of its FMAs,
@@ -45,10 +57,11 @@ from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.kernels.base import Launch, Program, as3d, cdiv, fixed_sizes, int_type, pointer_type
 from tiledispatch.native.kernels.direct import _f32
 from tiledispatch.native.kernels.dwroll import _zeros_tuple
-from tiledispatch.native.kernels.dwroll_tiling import dwrun_tiling
+from tiledispatch.native.kernels.dwroll_tiling import data_geometry, dwrun_data_rows, dwrun_tiling
 from tiledispatch.native.kernels.split_reduce import split_reduce_launch, weight_partials_elements, with_split_reduce
 from tiledispatch.native.problem import ConvProblem, Direction
 
+_DATA_PARAMS = ("BATCH", "CHANNELS", "IN_H", "IN_W", "OUT_H", "OUT_W", "F_W", "PAD_H", "PAD_W", "ROWS")
 _PARAMS = ("BATCH", "CHANNELS", "IN_D", "IN_H", "IN_W", "OUT_D", "OUT_H", "OUT_W", "F_D", "F_W",
            "STR_D", "DIL_D", "PAD_D", "PAD_H", "PAD_W", "ROWS", "ITEMS_PER_SPLIT")
 
@@ -176,6 +189,127 @@ def _dwrun_bwd_weight_kernel(
         tw = i % F_H
         tl.store(out_ptrs + (th * F_W + tw), tl.sum(acc[i], axis=0).to(out_ptr.dtype.element_ty),
                  mask=col_ok & (tw < F_W))
+
+
+@triton.jit
+def _row_loads(x_ptr, s, steps, oh0, PAD_H, IN_H, IN_W, C, x_plane, x_tile, x_col, col_ok, F_W, RUN: tl.constexpr,
+               F_H: tl.constexpr):
+    """Raw values of forward step ``s``: input row ``o_h0 − p_h + s`` at columns ``m − p_w`` of each run
+    (``RUN + F_H − 1`` tiles); zeros past the walk, outside the input and past the filter's width."""
+    ih = oh0 - PAD_H + s
+    x_row = x_ptr + (x_plane + ih) * IN_W * C
+    row_ok = (s < steps) & (ih >= 0) & (ih < IN_H)
+    xs = ()
+    for m in tl.static_range(RUN + F_H - 1):
+        ok = row_ok & (m < RUN + F_W - 1) & ((x_col + m).to(tl.uint32, bitcast=True) < IN_W.to(tl.uint32))
+        xs = xs + (tl.load(x_row + x_tile + m * C, mask=ok[:, None] & col_ok[None, :], other=0.0),)
+    return xs
+
+
+@triton.jit
+def _dwrun_data_kernel(
+    x_ptr, w_ptr, y_ptr,
+    BATCH, CHANNELS, IN_H, IN_W, OUT_H, OUT_W, F_W, PAD_H, PAD_W, ROWS,
+    RUN: tl.constexpr, RUNS: tl.constexpr, BLOCK_N: tl.constexpr, F_H: tl.constexpr, FLIP: tl.constexpr,
+    PREFETCH: tl.constexpr, INDEX64: tl.constexpr,
+):
+    """2D forward (backward-data: ``FLIP``, over dY): see the module docstring. ``W[k, t_h, t_w]`` is read from the
+    GKYXC weight at ``k·F_H·F_W + t_h·F_W + t_w`` (C/G = K/G = 1), at ``(F_H−1−t_h, F_W−1−t_w)`` with ``FLIP``.
+    Grid = channel blocks × strips × row chunks × images, channel blocks fastest (programs in flight share rows)."""
+    C = CHANNELS
+    num_c = tl.cdiv(C, BLOCK_N)
+    strip_w = RUNS * RUN
+    num_w = tl.cdiv(OUT_W, strip_w)
+    num_h = tl.cdiv(OUT_H, ROWS)
+    pid = tl.program_id(0)
+    pid_c = pid % num_c
+    rest = pid // num_c
+    pid_w = rest % num_w
+    rest = rest // num_w
+    pid_h = rest % num_h
+    n = rest // num_h
+    if INDEX64:
+        n = n.to(tl.int64)
+    cols = pid_c * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < C
+    run_col = pid_w * strip_w + tl.arange(0, RUNS) * RUN
+    x_col = run_col - PAD_W
+    x_tile = (x_col * C)[:, None] + cols[None, :]
+    y_tile = (run_col * C)[:, None] + cols[None, :]
+    oh0 = pid_h * ROWS
+    steps = tl.minimum(oh0 + ROWS, OUT_H) - oh0 + F_H - 1
+    x_plane = n * IN_H
+    y_plane = n * OUT_H
+
+    taps = F_H * F_W
+    weights = ()
+    for i in tl.static_range(F_H * F_H):  # i = t_h·F_H + t_w; columns t_w ≥ F_W hold zeros
+        if FLIP:
+            tap = (F_H - 1 - i // F_H) * F_W + (F_W - 1 - i % F_H)
+        else:
+            tap = (i // F_H) * F_W + i % F_H
+        weights = weights + (tl.load(w_ptr + cols * taps + tap, mask=col_ok & (i % F_H < F_W), other=0.0
+                                     ).to(tl.float32)[None, :],)
+
+    # Loop-carried when PREFETCH (defined before the loop either way; otherwise dead code).
+    nxt = _row_loads(x_ptr, 0, steps, oh0, PAD_H, IN_H, IN_W, C, x_plane, x_tile, x_col, col_ok, F_W, RUN, F_H)
+    acc = _zeros_tuple(F_H * RUN, RUNS, BLOCK_N)
+    for s in range(0, steps):
+        if PREFETCH:
+            cur = nxt
+            nxt = _row_loads(x_ptr, s + 1, steps, oh0, PAD_H, IN_H, IN_W, C, x_plane, x_tile, x_col, col_ok, F_W,
+                             RUN, F_H)
+        else:
+            cur = _row_loads(x_ptr, s, steps, oh0, PAD_H, IN_H, IN_W, C, x_plane, x_tile, x_col, col_ok, F_W, RUN,
+                             F_H)
+        xs = _widen(cur, RUN + F_H - 1)
+        for tw in tl.static_range(F_H):
+            if tw < F_W:
+                out = ()
+                for i in tl.static_range(F_H * RUN):  # i = t_h·RUN + j
+                    out = out + (acc[i] + weights[(i // RUN) * F_H + tw] * xs[i % RUN + tw],)
+                acc = out
+        # acc[F_H − 1] has seen every filter row: output row o_h0 + s − (F_H − 1), once s ≥ F_H − 1.
+        if s >= F_H - 1:
+            y_row = y_ptr + (y_plane + oh0 + s - (F_H - 1)) * OUT_W * C
+            for j in tl.static_range(RUN):
+                ok = (run_col + j < OUT_W)[:, None] & col_ok[None, :]
+                tl.store(y_row + y_tile + j * C, acc[(F_H - 1) * RUN + j].to(y_ptr.dtype.element_ty), mask=ok)
+        acc = _zeros_tuple(RUN, RUNS, BLOCK_N) + acc[:(F_H - 1) * RUN]
+
+
+class DwrunData:
+    """Forward or backward-data (2D): one launch, the weights read straight from ``W``."""
+
+    families = frozenset({Family.DWRUN})
+
+    def __init__(self, direction: Direction):
+        if direction is Direction.BACKWARD_WEIGHT:
+            raise ValueError("direction: DwrunData runs forward and backward_data")
+        self.direction = direction
+
+    def programs(self, config: KernelConfig) -> dict[str, Program]:
+        ptr = pointer_type(config.dtype)
+        ints = int_type(config)
+        types = {"x_ptr": ptr, "w_ptr": ptr, "y_ptr": ptr, **{name: ints for name in _DATA_PARAMS}}
+        constexprs = {"RUN": config.block_m, "RUNS": config.group_m, "BLOCK_N": config.block_n, "F_H": config.block_k,
+                      "FLIP": self.direction is Direction.BACKWARD_DATA, "PREFETCH": config.num_stages == 2,
+                      "INDEX64": config.index64}
+        return {"run": Program(_dwrun_data_kernel, constexprs, types, config.num_warps, 1)}
+
+    def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
+        return 0
+
+    def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
+        geo = data_geometry(problem)
+        rows = dwrun_data_rows(problem, config, geo)
+        (_, in_h, in_w), (_, out_h, out_w) = geo["in"], geo["out"]
+        f_w = geo["filter"][2]
+        _, pad_h, pad_w = geo["pad"]
+        grid = (cdiv(problem.in_channels, config.block_n) * cdiv(out_w, config.block_m * config.group_m)
+                * cdiv(out_h, rows) * problem.batch, 1, 1)
+        args = (problem.batch, problem.in_channels, in_h, in_w, out_h, out_w, f_w, pad_h, pad_w, rows)
+        return [Launch("run", grid, (first, second, out, *args))]
 
 
 class DwrunBackwardWeight:

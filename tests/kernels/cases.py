@@ -161,6 +161,8 @@ def cases(ndims=(2, 3)):
                     if family is Family.DWROLL and direction is Direction.BACKWARD_DATA \
                             and any(s != 1 for s in available[label]["stride"]):
                         continue  # backward-data dwroll kernels need stride 1
+                    if family is Family.DWRUN and direction is not Direction.BACKWARD_WEIGHT and ndim == 3:
+                        continue  # dwrun's forward / backward-data kernels are 2D
                     if label == "walk_strided" and direction is not Direction.BACKWARD_WEIGHT:
                         continue  # only backward-weight walks of one row take strides and dilations
                     variants = [dict()]
@@ -199,7 +201,8 @@ def cases(ndims=(2, 3)):
                         variants += [dict(v, split_k=4) for v in variants]
                     if family is Family.DWROW and label == "dwroll_strided":  # far more splits than items: zeros
                         variants.append(dict(taps_w=5, stages=2, split_k=128))
-                    if family is Family.DWRUN and label == "dwrun_7x5":  # far more splits than items: zeros
+                    if family is Family.DWRUN and direction is Direction.BACKWARD_WEIGHT and label == "dwrun_7x5":
+                        # far more splits than items: zeros
                         variants.append(dict(taps_w=7, stages=2, split_k=128))
                     if family is Family.DWROLL and direction is Direction.BACKWARD_WEIGHT and label == "dwroll_stride1":
                         # default's largest split: far more splits than work items, so most are empty (zeros)
@@ -292,9 +295,13 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
             out += [KernelConfig(direction, dtype, ndim, family, block_w, block_n, width, warps, stages, 1, split_k, 1,
                                  8) for block_w, block_n, width, warps, stages, split_k in DWROW_GPU_TILES]
             continue
-        if family is Family.DWRUN:
-            out += [KernelConfig(direction, dtype, ndim, family, run, block_n, height, warps, stages, runs, split_k, 1,
-                                 1) for run, runs, block_n, height, warps, stages, split_k in DWRUN_GPU_TILES]
+        if family is Family.DWRUN:  # forward / backward-data: 2D, unsplit
+            if direction is Direction.BACKWARD_WEIGHT:
+                out += [KernelConfig(direction, dtype, ndim, family, run, block_n, height, warps, stages, runs, split_k,
+                                     1, 1) for run, runs, block_n, height, warps, stages, split_k in DWRUN_GPU_TILES]
+            elif ndim == 2:
+                out += [KernelConfig(direction, dtype, ndim, family, run, block_n, height, warps, stages, runs, 1, 1, 1)
+                        for run, runs, block_n, height, warps, stages, _ in DWRUN_GPU_TILES]
             continue
         if family is Family.GWALK:  # 2D bf16/fp16: held (32x32) and loaded (64x64) weights, 4 and 8 warps
             if ndim == 2 and dtype is not DType.FP32 and direction is Direction.BACKWARD_WEIGHT:
