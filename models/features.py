@@ -475,6 +475,20 @@ class FeatureEngine:
             split_used = np.where(tc, _cdiv(total_steps, per_split) / split, split_used)
             result = p.output_elements if fwd else p.input_elements
             workspace = np.where(tc & (split > 1), split * float(result) * 4.0, 0.0)
+            # dwrun.py (2D): channel blocks × strips of group_m runs of block_m columns × row chunks × images; a
+            # program walks its chunk's rows + F_H − 1 input rows, F_H·F_W taps a step.
+            for i in np.flatnonzero(fam == analytic.FAMILY_CODES["dwrun"]):
+                config = table.configs[i]
+                geo = dwroll_tiling.data_geometry(p)
+                _, out_h, out_w = geo["out"]
+                _, f_h, f_w = geo["filter"]
+                rows = dwroll_tiling.dwrun_data_rows(p, config, geo)
+                strip_w = config.block_m * config.group_m
+                grid[i] = _cdiv(p.in_channels, config.block_n) * _cdiv(out_w, strip_w) * _cdiv(out_h, rows) * p.batch
+                reduction[i] = f_h * f_w
+                steps[i] = rows + f_h - 1
+                tap_block[i] = f_w
+                useful[i] = out_w / (_cdiv(out_w, strip_w) * strip_w) * rows / (rows + f_h - 1)
         # gwalk forward / backward-data rows keep the analytic tensor-core view above (b["ctas"]), not their
         # launch grid (gwalk.walk_geometry: about half as many CTAs): it is what fwd/9 and bwd_data/9 were
         # trained on, so moving them to the launch grid needs those models retrained with it.

@@ -99,6 +99,12 @@ class Family(str, Enum):
         """The spatial dimensionalities the family has kernels for (gwalk: 2D)."""
         return (2,) if self is Family.GWALK else (2, 3)
 
+    def ndims_for(self, direction: Direction) -> tuple[int, ...]:
+        """:attr:`ndims` in one direction (dwrun: 3D backward-weight only)."""
+        if self is Family.DWRUN and direction is not Direction.BACKWARD_WEIGHT:
+            return (2,)
+        return self.ndims
+
     @property
     def dtypes(self) -> tuple[DType, ...]:
         """The dtypes the family has kernels for (tma, gwalk: bf16/fp16; fp32 runs on the exact igemm dots)."""
@@ -203,7 +209,7 @@ class KernelConfig:
             if self.vec != 1 or self.num_stages not in (1, 2) or self.merge != 1:
                 raise ConfigError("vec/num_stages/merge: dwrun kernels use vec=1 (one 16-bit channel value a thread: "
                                   "any channel count), num_stages=1 (or 2: loads one row ahead), merge=1")
-            if self.direction is not Direction.BACKWARD_WEIGHT and self.ndim != 2:
+            if self.ndim not in self.family.ndims_for(self.direction):
                 raise ConfigError(f"ndim: dwrun {self.direction.value} kernels are 2D (3D: backward-weight only), "
                                   f"got {self.ndim}")
             if not 1 <= self.block_m <= MAX_DWRUN_RUN:

@@ -310,6 +310,13 @@ DWRUN_WEIGHT_TILES = {
     7: ((4, 16, 2, 2, 4), (4, 16, 4, 2, 8), (4, 32, 2, 2, 2), (7, 32, 2, 2, 2)),
 }
 DWRUN_SPLITS = (16, 32, 64, 128)
+#: dwrun forward / backward-data (run, block_n, warps, num_stages, runs) in ``default`` by filter height (2D, unsplit):
+#: the cover of the best (within 3 %) on the 16 stride-1 depthwise layer-directions of the H200 probe
+#: (bench/results/2026-11-27_h200_s19/dwrun_data_probe: the dev suite's and the e2e models' 3x3 and 7x7 layers).
+DWRUN_DATA_TILES = {
+    3: ((8, 16, 2, 2, 4), (14, 16, 4, 1, 8), (8, 64, 4, 1, 2)),
+    7: ((4, 16, 2, 2, 4), (4, 16, 2, 1, 4), (4, 128, 4, 1, 1)),
+}
 
 
 def dwrun_default_tiles(dtype: DType, height: int) -> tuple[tuple[int, int, int, int, int], ...]:
@@ -379,6 +386,8 @@ def _default_rule(config: KernelConfig) -> bool:
         if c.index64 or c.dtype is DType.FP32 or (c.ndim == 3 and c.block_k != 3):
             return False  # 3D: the 3x3x3 filters video networks use
         tile = (c.block_m, c.block_n, c.num_warps, c.num_stages, c.group_m)
+        if c.direction is not Direction.BACKWARD_WEIGHT:
+            return tile in DWRUN_DATA_TILES.get(c.block_k, ())
         if c.split_k == 1:  # the unsplit path, for CI's compile check
             return tile == (7, 32, 4, 2 if c.dtype is DType.BF16 else 1, 4) and c.block_k == 3
         return tile in dwrun_default_tiles(c.dtype, c.block_k) and c.split_k in DWRUN_SPLITS
@@ -566,7 +575,9 @@ def _tiny_rule(config: KernelConfig) -> bool:
             and (c.num_stages, c.block_m) in ((1, 16), (2, 32))
     if c.family is Family.DWROW:  # the unsplit path and one split tile
         return (c.block_m, c.block_n, c.block_k, c.split_k) in ((64, 16, 3, 1), (32, 32, 3, 64))
-    if c.family is Family.DWRUN:  # the unsplit path and one split tile
+    if c.family is Family.DWRUN:  # the unsplit path and one split tile; forward / backward-data: one tile
+        if c.direction is not Direction.BACKWARD_WEIGHT:
+            return (c.block_m, c.block_n, c.block_k, c.num_stages, c.group_m) == (8, 16, 3, 2, 4)
         return (c.block_m, c.block_n, c.block_k, c.group_m) == (7, 32, 3, 4) and c.split_k in (1, 64)
     if c.family is Family.DIRECT:  # (+ one depthwise tap-row instance per direction: cheap binaries)
         if c.block_k > 1:
