@@ -17,10 +17,8 @@ import itertools
 import sys
 from pathlib import Path
 
-import torch
-from probe_rows import compiled_call, probe_main, start_probe
+from probe_rows import probe_kernels_and_cudnn, probe_main
 
-from tiledispatch.native.bench import _cudnn_call, new_setup
 from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.problem import ConvProblem, Direction, DType
 from tiledispatch.native.rules import rule_set_configs
@@ -77,27 +75,7 @@ def default_configs(problem: ConvProblem) -> list[KernelConfig]:
 def run(out: Path, workers: int) -> int:
     problems = [ConvProblem.from_key(f"{Direction.BACKWARD_WEIGHT.value}|{DType.BF16.value}|{key}") for key in PROBLEMS]
     plan = {p.key: (dwrow_configs(p), default_configs(p)) for p in problems}
-    built, registry, settings, probe = start_probe([c for new, base in plan.values() for c in new + base],
-                                                   Path("/tmp/dwrow_registry"), workers, out, "dwrow")
-    loader = registry.loader()
-    for problem in problems:
-        print(problem.key, flush=True)
-        setup = new_setup(problem, settings)
-        torch.backends.cudnn.benchmark = True
-        probe.record(problem, setup, "cudnn", _cudnn_call(problem, setup), cudnn=True, registers=0, stack_bytes=0)
-        new, base = plan[problem.key]
-        for config in base + new:
-            result = built.get(config.name)
-            if config.name not in registry.entries:
-                if result is not None:
-                    print(f"  {config.name:66s} {result.status} ({result.registers} registers, "
-                          f"{result.stack_bytes} stack bytes)", flush=True)
-                continue
-            call = compiled_call(problem, config, setup, loader)
-            probe.record(problem, setup, config.name, call, registers=result.registers if result else 0,
-                         stack_bytes=result.stack_bytes if result else 0)
-        del setup
-    return 0
+    return probe_kernels_and_cudnn(problems, plan, Path("/tmp/dwrow_registry"), workers, out, "dwrow")
 
 
 def main(argv: list[str] | None = None) -> int:

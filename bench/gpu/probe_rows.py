@@ -1,8 +1,9 @@
 """One probe measurement per row, shared by the kernel probes (``walk_probe.py``, ``held_probe.py``,
-``dwrow_probe.py``): the variant's output poisoned with NaN, checked against the float64 reference (DESIGN §4
-limits), timed as the tile engine times (``native.bench._time_callable``: rotated input sets, CUDA-graph replay,
-median of 5), and the rows so far rewritten atomically (temp file + ``os.replace``) after each one, so a stopped
-probe keeps them; and the probes' shared command line and compiled-kernel call.
+``dwrow_probe.py``, ``dwrun_probe.py``, ``dwrun_data_probe.py``): the variant's output poisoned with NaN, checked
+against the float64 reference (DESIGN §4 limits), timed as the tile engine times (``native.bench._time_callable``:
+rotated input sets, CUDA-graph replay, median of 5), and the rows so far rewritten atomically (temp file +
+``os.replace``) after each one, so a stopped probe keeps them; and the probes' shared command line, compiled-kernel
+call and build-then-time run.
 """
 
 from __future__ import annotations
@@ -97,3 +98,33 @@ def probe_main(description: str, name: str, run: Callable[[Path, int], int], arg
     code = run(args.out, args.workers)
     print(f"{name} probe done in {time.time() - started:.0f}s", flush=True)
     return code
+
+
+def probe_kernels_and_cudnn(problems, plan, cache: Path, workers: int, out: Path, stem: str) -> int:
+    """The kernel probes' whole run: build every config of ``plan`` (problem key → (new configs, baseline
+    configs)) into ``cache``, then per problem time cuDNN (``cudnn.benchmark=True``), the baseline configs and
+    the new ones into ``out/<stem>.csv`` (a config whose build failed or spilled is printed with its status, not
+    timed)."""
+    from tiledispatch.native.bench import _cudnn_call, new_setup
+
+    built, registry, settings, probe = start_probe([c for new, base in plan.values() for c in new + base],
+                                                   cache, workers, out, stem)
+    loader = registry.loader()
+    for problem in problems:
+        print(problem.key, flush=True)
+        setup = new_setup(problem, settings)
+        torch.backends.cudnn.benchmark = True
+        probe.record(problem, setup, "cudnn", _cudnn_call(problem, setup), cudnn=True, registers=0, stack_bytes=0)
+        new, base = plan[problem.key]
+        for config in base + new:
+            result = built.get(config.name)
+            if config.name not in registry.entries:
+                if result is not None:
+                    print(f"  {config.name:66s} {result.status} ({result.registers} registers, "
+                          f"{result.stack_bytes} stack bytes)", flush=True)
+                continue
+            call = compiled_call(problem, config, setup, loader)
+            probe.record(problem, setup, config.name, call, registers=result.registers if result else 0,
+                         stack_bytes=result.stack_bytes if result else 0)
+        del setup
+    return 0

@@ -42,6 +42,11 @@ the last ``F_H`` output rows of its runs, and at step ``s`` loads input row ``i_
 then stores ``acc[F_H − 1]`` (it has seen every filter row) and rolls the window by one row. A step issues
 ``F_H·F_W·RUN`` FMAs for ``RUN + F_W − 1`` loads and ``RUN`` stores.
 
+Measured (H200, ``bench/results/2026-11-27_h200_s19/``, same runs as cuDNN): backward-weight n32 c96 56×56 7×7
+128.6 → 58.4 µs (dwroll before; cuDNN 77.3), c144 56×56 3×3 43.2 → 33.2 (cuDNN 37.0), 1.1–2.2× the earlier best on
+11 of 12 stride-1 depthwise layers; forward / backward-data 7×7 1.4–2.7× dwroll (c96 56×56 forward 86.3 → 60.2,
+cuDNN 73.0), 3×3 1.02–1.17×.
+
 Config: ``block_m`` = ``RUN`` (columns a thread owns, any 1..:data:`~tiledispatch.native.configs.MAX_DWRUN_RUN`),
 ``group_m`` = ``RUNS`` (runs a program walks side by side), ``block_n`` = channels, ``block_k`` = the filter
 height, unrolled (``F_W ≤ block_k``), ``num_stages`` 2 = each step's loads issued one step ahead of its FMAs,

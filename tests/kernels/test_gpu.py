@@ -149,6 +149,18 @@ def test_random_depthwise_rolling_rows(registry, direction, dtype, ndim, seed):
     assert not _check(problem, registry, configs), problem.key
 
 
+def _depthwise_weight_problem(rng: random.Random, dtype: DType, channels: int, size, filt, stride,
+                              dilation) -> ConvProblem:
+    """A depthwise backward-weight problem: ``size`` grown to hold the dilated filter, pads 0..filter on either
+    side, a batch of 1-6."""
+    size = tuple(max(s, d * (f - 1) + 1) for s, d, f in zip(size, dilation, filt))
+    pad_begin = tuple(rng.randint(0, f) for f in filt)
+    pad_end = tuple(rng.randint(0, f) for f in filt)
+    return ConvProblem(direction=Direction.BACKWARD_WEIGHT, dtype=dtype, batch=rng.randint(1, 6), groups=channels,
+                       in_channels=channels, out_channels=channels, input_size=size, filter_size=filt,
+                       stride=stride, dilation=dilation, pad_begin=pad_begin, pad_end=pad_end)
+
+
 def _random_depthwise_filter_rows_problem(rng: random.Random, ndim: int, dtype: DType) -> ConvProblem:
     """A depthwise backward-weight problem the dwrow kernels run: any filter height (up to 7 wide), strides and
     dilations 1-3 on every axis, asymmetric pads, channels a multiple of 8 that often leaves a partial block,
@@ -158,12 +170,7 @@ def _random_depthwise_filter_rows_problem(rng: random.Random, ndim: int, dtype: 
     stride = tuple(rng.choice([1, 1, 2, 3]) for _ in range(ndim))
     dilation = tuple(rng.choice([1, 1, 2]) for _ in range(ndim))
     size = tuple(rng.randint(3, 8) for _ in range(ndim - 2)) + (rng.randint(4, 40), rng.randint(4, 70))
-    size = tuple(max(s, d * (f - 1) + 1) for s, d, f in zip(size, dilation, filt))
-    pad_begin = tuple(rng.randint(0, f) for f in filt)
-    pad_end = tuple(rng.randint(0, f) for f in filt)
-    return ConvProblem(direction=Direction.BACKWARD_WEIGHT, dtype=dtype, batch=rng.randint(1, 6), groups=channels,
-                       in_channels=channels, out_channels=channels, input_size=size, filter_size=filt,
-                       stride=stride, dilation=dilation, pad_begin=pad_begin, pad_end=pad_end)
+    return _depthwise_weight_problem(rng, dtype, channels, size, filt, stride, dilation)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -186,12 +193,7 @@ def _random_depthwise_runs_problem(rng: random.Random, ndim: int, dtype: DType) 
     stride = (*(rng.choice([1, 2]) for _ in range(ndim - 2)), 1, 1)
     dilation = (*(rng.choice([1, 2]) for _ in range(ndim - 2)), 1, 1)
     size = tuple(rng.randint(3, 8) for _ in range(ndim - 2)) + (rng.randint(3, 40), rng.randint(3, 70))
-    size = tuple(max(s, d * (f - 1) + 1) for s, d, f in zip(size, dilation, filt))
-    pad_begin = tuple(rng.randint(0, f) for f in filt)
-    pad_end = tuple(rng.randint(0, f) for f in filt)
-    return ConvProblem(direction=Direction.BACKWARD_WEIGHT, dtype=dtype, batch=rng.randint(1, 6), groups=channels,
-                       in_channels=channels, out_channels=channels, input_size=size, filter_size=filt,
-                       stride=stride, dilation=dilation, pad_begin=pad_begin, pad_end=pad_end)
+    return _depthwise_weight_problem(rng, dtype, channels, size, filt, stride, dilation)
 
 
 @pytest.mark.parametrize("seed", range(4))
