@@ -437,11 +437,11 @@ class FeatureEngine:
                 useful[i] = out_w / (_cdiv(out_w, config.block_m) * config.block_m)
             # dwrun.py: (channel blocks × F_D) × splits; a split walks a contiguous range of work items (image,
             # output depth, strip of group_m runs of block_m columns, row chunk), F_H − 1 extra steps a chunk.
+            f_d, f_h, _ = as3d(p.filter_size, 1)
+            out_d, out_h, out_w = as3d(p.output_size, 1)
             for i in np.flatnonzero(fam == analytic.FAMILY_CODES["dwrun"]):
                 config = table.configs[i]
                 rows, items_per_split = dwroll_tiling.dwrun_tiling(p, config)
-                f_d, f_h, _ = as3d(p.filter_size, 1)
-                out_d, out_h, out_w = as3d(p.output_size, 1)
                 strip_w = config.block_m * config.group_m
                 items = p.batch * out_d * _cdiv(out_w, strip_w) * _cdiv(out_h, rows)
                 grid[i] = _cdiv(p.out_channels, config.block_n) * f_d * config.split_k
@@ -477,11 +477,13 @@ class FeatureEngine:
             workspace = np.where(tc & (split > 1), split * float(result) * 4.0, 0.0)
             # dwrun.py (2D): channel blocks × strips of group_m runs of block_m columns × row chunks × images; a
             # program walks its chunk's rows + F_H − 1 input rows, F_H·F_W taps a step.
-            for i in np.flatnonzero(fam == analytic.FAMILY_CODES["dwrun"]):
-                config = table.configs[i]
+            dwrun_rows = np.flatnonzero(fam == analytic.FAMILY_CODES["dwrun"])
+            if len(dwrun_rows):
                 geo = dwroll_tiling.data_geometry(p)
                 _, out_h, out_w = geo["out"]
                 _, f_h, f_w = geo["filter"]
+            for i in dwrun_rows:
+                config = table.configs[i]
                 rows = dwroll_tiling.dwrun_data_rows(p, config, geo)
                 strip_w = config.block_m * config.group_m
                 grid[i] = _cdiv(p.in_channels, config.block_n) * _cdiv(out_w, strip_w) * _cdiv(out_h, rows) * p.batch
