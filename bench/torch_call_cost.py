@@ -13,7 +13,9 @@ of calls times the host: ``calls`` calls per round, no synchronization inside a 
 Rows (policy ``ours`` for the swapped layer, compiled registry kernels):
 
 * ``cudnn_fwd`` / ``ours_fwd``: ``nn.Conv2d`` / ``TileConv2d`` forward under ``no_grad``;
-* ``cudnn_fwd_bwd`` / ``ours_fwd_bwd``: forward and backward (both gradients), ``y.backward(g)``;
+* ``cudnn_fwd_bwd`` / ``ours_fwd_bwd``: forward and backward (both gradients), ``y.backward(g)``
+  (``TileConv2d`` on the C++ launch path when it serves: ``launch_path`` in the report says);
+* ``ours_python_fwd_bwd``: the same through the Python launch path (``EagerConv``);
 * ``ours_runtime_run``: ``Runtime.run`` for the forward (no module, no autograd);
 * ``ours_plan_run``: the forward's cached ``LaunchPlan.run`` (operand checks, output allocation, launches);
 * ``triton_launch``: the forward's compiled Triton launches alone, arguments bound once;
@@ -45,6 +47,7 @@ sys.path.insert(0, str(REPO / "bench"))
 def _args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--channels", type=int, default=96)
+    parser.add_argument("--groups", type=int, default=None, help="default: --channels (depthwise)")
     parser.add_argument("--filter", type=int, default=7)
     parser.add_argument("--size", type=int, default=8, help="input height and width")
     parser.add_argument("--batch", type=int, default=1)
@@ -63,7 +66,7 @@ def main() -> None:
     from host_timing import cpu_model, per_call_us
     from torch import nn
 
-    from tiledispatch.integrations import torch_runtime
+    from tiledispatch.integrations import torch_native, torch_ops, torch_runtime
     from tiledispatch.integrations.torch import TileConv2d
     from tiledispatch.native.problem import Direction
 
@@ -73,7 +76,8 @@ def main() -> None:
     runtime = torch_runtime.configure(registry_dir=args.registry_dir, policy="ours")
     device, dtype, fmt = torch.device("cuda"), torch.bfloat16, torch.channels_last
     pad = args.filter // 2
-    conv = nn.Conv2d(args.channels, args.channels, args.filter, padding=pad, groups=args.channels, bias=False)
+    groups = args.groups or args.channels
+    conv = nn.Conv2d(args.channels, args.channels, args.filter, padding=pad, groups=groups, bias=False)
     conv = conv.to(device, dtype, memory_format=fmt)
     tile = TileConv2d.from_conv(conv)
     x = torch.randn(args.batch, args.channels, args.size, args.size, device=device, dtype=dtype).to(memory_format=fmt)
@@ -93,12 +97,14 @@ def main() -> None:
             module(x_grad).backward(grad)
         return call
 
-    # Decide everything once (selection, plan, registry load) before timing.
-    for call in (forward(tile), forward_backward(tile), forward(conv), forward_backward(conv)):
-        call()
+    # Decide everything once (selection, plan, registry load; the second round resolves the C++ path
+    # from the entries the first made) before timing.
+    for _ in range(2):
+        for call in (forward(tile), forward_backward(tile), forward(conv), forward_backward(conv)):
+            call()
     torch.cuda.synchronize()
 
-    shape = (tuple(x.shape), tuple(conv.weight.shape), args.channels, (1, 1), (pad, pad), (pad, pad), (1, 1))
+    shape = (tuple(x.shape), tuple(conv.weight.shape), groups, (1, 1), (pad, pad), (pad, pad), (1, 1))
     entry = runtime.entry(Direction.FORWARD, dtype, *shape, "cuda")
     plan = entry.plan
     if plan.backend.value != "compiled":
@@ -120,11 +126,19 @@ def main() -> None:
         for runner, arguments in bound:
             runner(*arguments)
 
+    eager_call = torch_ops.eager_call(runtime, x, conv.weight, (1, 1), (pad, pad), (pad, pad), (1, 1), groups)
+
+    def python_forward_backward():  # the layer's Python launch path, as TileConv runs it without C++
+        x_grad.grad = None
+        conv.weight.grad = None
+        torch_ops.EagerConv.apply(x_grad, conv.weight, eager_call).backward(grad)
+
     rows = {
         "cudnn_fwd": forward(conv),
         "ours_fwd": forward(tile),
         "cudnn_fwd_bwd": forward_backward(conv),
         "ours_fwd_bwd": forward_backward(tile),
+        "ours_python_fwd_bwd": python_forward_backward,
         "ours_runtime_run": lambda: runtime.run(Direction.FORWARD, x, conv.weight, *shape),
         "ours_plan_run": lambda: plan.run(x, conv.weight, check_support=False),
         "triton_launch": triton_launch,
@@ -155,9 +169,10 @@ def main() -> None:
         "gpu": torch.cuda.get_device_name(), "cpu": cpu_model(), "cpu_count": os.cpu_count(),
         "python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__,
         "cudnn": torch.backends.cudnn.version(),
-        "layer": {"input": list(x.shape), "weight": list(conv.weight.shape), "padding": pad, "groups": args.channels,
+        "layer": {"input": list(x.shape), "weight": list(conv.weight.shape), "padding": pad, "groups": groups,
                   "dtype": "bf16", "memory_format": "channels_last"},
         "kernels": {d.value: runtime.entry(d, dtype, *shape, "cuda").choice.config.name for d in Direction},
+        "launch_path": torch_native.status(),
         "method": {"calls": args.calls, "rounds": args.rounds, "unit": "µs per call, host loop time (no sync inside a "
                    "round; the GPU finishes each call's kernels before the next call is issued)"},
         "results": results,

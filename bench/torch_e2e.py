@@ -88,7 +88,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from tests.integrations.models import CASES, build  # noqa: E402
-from tiledispatch.integrations import torch_runtime  # noqa: E402
+from tiledispatch.integrations import torch_native, torch_runtime  # noqa: E402
 from tiledispatch.integrations.torch import (  # noqa: E402
     dispatch_report,
     get_runtime,
@@ -641,13 +641,24 @@ def _speedup_key(policy: str) -> str:
     return "speedup" if policy == "ours" else f"speedup_{policy}"
 
 
+def _launch_path(status: dict | None) -> str:
+    """How our eager calls were launched (``torch_native.status()``), in words."""
+    if not status:
+        return "Python (not recorded)"
+    if status["built"]:
+        refused = f", {len(status['refused'])} kinds of plan refused" if status["refused"] else ""
+        return f"C++ (`torch_native`: {status['plans']} plans registered{refused})"
+    return f"Python ({status['reason'] or 'C++ path not tried'})"
+
+
 def _header(report: dict) -> list[str]:
     env, settings = report["environment"], report["settings"]
     return [
         f"# PyTorch end to end: swapped grouped convs vs cuDNN ({env['gpu']})", "",
         f"{env['date']}; torch {env['torch']}, CUDA {env['cuda']}, cuDNN {env['cudnn']}, Triton {env['triton']}; "
         f"git {env['git_commit'][:10]}; bf16, {settings['memory_format']}; kernels: "
-        f"{settings['kernels']}; selection: {settings['selection']}; fastest timer: {settings.get('timer', '?')}.", "",
+        f"{settings['kernels']}; selection: {settings['selection']}; fastest timer: {settings.get('timer', '?')}; "
+        f"eager launch path: {_launch_path(settings.get('launch_path'))}.", "",
         "Step times: CUDA events around back-to-back steps (host launch overhead included), median of "
         f"{settings['rounds']} rounds of {settings['steps']} steps, cuDNN, ours and fastest alternating "
         "in the same process (`cudnn.benchmark=True`), one untimed step before each run's steps (after a "
@@ -815,6 +826,7 @@ def main() -> None:
                       f"{d['to_ours']}, to cuDNN {d['to_pytorch']}", flush=True)
                 if "graph" in result:
                     print(f"  CUDA graphs: {graph_summary(result['graph'])}", flush=True)
+            report["settings"]["launch_path"] = torch_native.status()
             (out_dir / "torch_e2e.json").write_text(json.dumps(report, indent=1))
             (out_dir / "torch_e2e.md").write_text(_markdown(report))
     print(f"wrote {out_dir / 'torch_e2e.json'} and {out_dir / 'torch_e2e.md'}")

@@ -8,9 +8,10 @@
 #             list instead, e.g. gwalk; NAME: the output folders' tag, default splitk; DIRS: directions, default
 #             'fwd bwd_data') on the bf16 training and
 #             validation problems already measured (completion sweeps, training timing), then what is left of synth.
-#   torch:    the PyTorch integration's and the service's GPU tests (the service needs grpcio >= 1.85.1 and its
-#             companions: wheels in .whl), the e2e benchmark eager + CUDA graphs (TESTS=0: no tests; SERVICE=0: not
-#             the service's; E2E=0: no e2e).
+#   torch:    builds the C++ launch path's extension, then the PyTorch integration's and the service's GPU tests (the
+#             service needs grpcio >= 1.85.1 and its companions: wheels in .whl), the host cost per call
+#             (bench/torch_call_cost.py, two layers), the e2e benchmark eager + CUDA graphs (TESTS=0: no tests; SERVICE=0:
+#             not the service's; CALL_COST=0: no call cost; E2E=0: no e2e).
 #   tests:    every kernel GPU test (TESTS_K: a pytest -k expression).
 #   probe:    bench/gpu/walk_probe.py (PROBE_DIRECTIONS, default bwd_weight) into $WORK/walk_probe.
 #   refresh:  for each direction of DIRS (default 'bwd_weight fwd bwd_data'), the training and validation problems of
@@ -100,9 +101,18 @@ case ${1:?synth, complete, torch, refresh, probe, configs, l1, dwrow, dwrun, dwr
     [ -d "$SYN" ] && [ "$(left)" -gt 60 ] && synth
     ;;
   torch)
+    # The C++ launch path's extension, built once per machine (its build time is in the log).
+    export TILEDISPATCH_TORCH_EXT_DIR=$WORK/torch_ext
+    ( time python3 -c "from tiledispatch.integrations import torch_native as t; t.extension(); print('torch_native', t.status())" ) \
+      > "$WORK/logs/torch_ext_build.txt" 2>&1; grep -E "torch_native|real|rror" "$WORK/logs/torch_ext_build.txt" | tail -4
     if [ "${TESTS:-1}" != 0 ]; then
-      TILEDISPATCH_REGISTRY_DIR="$REG" timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/integrations/test_torch_gpu.py tests/integrations/test_torch_dispatch.py ${TORCH_TESTS:+-k "$TORCH_TESTS"} > "$WORK/logs/gpu_tests_torch.txt" 2>&1; tail -3 "$WORK/logs/gpu_tests_torch.txt"
+      TILEDISPATCH_REGISTRY_DIR="$REG" timeout 330 python3 -m pytest -q -s -m gpu -p no:cacheprovider tests/integrations/test_torch_native_gpu.py tests/integrations/test_torch_gpu.py tests/integrations/test_torch_dispatch.py ${TORCH_TESTS:+-k "$TORCH_TESTS"} > "$WORK/logs/gpu_tests_torch.txt" 2>&1; grep -E "C\+\+ runs|passed|failed" "$WORK/logs/gpu_tests_torch.txt" | tail -16
       [ "${SERVICE:-1}" = 0 ] || { TILEDISPATCH_REGISTRY_DIR="$REG" timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/service/test_gpu_server.py > "$WORK/logs/gpu_tests_service.txt" 2>&1; tail -3 "$WORK/logs/gpu_tests_service.txt"; }
+    fi
+    if [ "${CALL_COST:-1}" != 0 ]; then  # host µs per call: a depthwise 7x7 and a ResNeXt grouped 3x3 layer
+      TILEDISPATCH_REGISTRY_DIR="$REG" python3 bench/torch_call_cost.py --out-dir "$WORK/call_cost" > "$WORK/logs/call_cost.txt" 2>&1
+      TILEDISPATCH_REGISTRY_DIR="$REG" python3 bench/torch_call_cost.py --channels 128 --groups 32 --filter 3 --size 14 --out-dir "$WORK/call_cost_grouped" > "$WORK/logs/call_cost_grouped.txt" 2>&1
+      grep -E "median" "$WORK/logs/call_cost.txt" "$WORK/logs/call_cost_grouped.txt"
     fi
     [ "${E2E:-1}" = 0 ] || TILEDISPATCH_REGISTRY_DIR="$REG" timeout "$(left)" python3 bench/torch_e2e.py --cuda-graph ${E2E_ARGS:-} --models ${MODELS:-mobilenet_v2,convnext_tiny,resnext50_32x4d} --batches ${BATCHES:-32,128} --steps 10 --rounds ${ROUNDS:-5} --warmup ${WARMUP:-3} --out-dir "$WORK/torch_e2e" > "$WORK/logs/torch_e2e.txt" 2>&1; echo "e2e rc $?"; grep -E "batch|speedup|CUDA graphs" "$WORK/logs/torch_e2e.txt" | tail -20
     ;;

@@ -29,6 +29,7 @@ built registry (much faster: no compiles).
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 
@@ -328,18 +329,29 @@ class _AlternatingTimer:
         return Timing(1.0 if (side == 0) == ours_wins else 2.0)
 
 
-@pytest.mark.parametrize("policy", ["ours", "fastest"])
-def test_captured_training_step_replays_like_eager(policy, runtime_factory, monkeypatch):
+@pytest.mark.parametrize("policy, path", [("ours", "python"), ("fastest", "python"), ("ours", "cpp")])
+def test_captured_training_step_replays_like_eager(policy, path, runtime_factory, monkeypatch):
     """The standard whole-network capture of a training step (warm-up steps on a side stream, where
     kernels are selected and compiled and ``fastest`` decides; then ``torch.cuda.graph``), replayed
     twice with fresh data copied into the static input and labels: each replay's output and every
     weight gradient match an eager step on the same data (DESIGN §4's bf16 limit), the capture
     recorded one call of ours per problem that runs ours (counted as they are launched on the
     capturing stream; the eager steps run the same ones), and nothing is selected or decided after
-    the warm-up."""
+    the warm-up. ``path``: our calls through the Python launch path (``TILEDISPATCH_TORCH_NATIVE=0``)
+    or the C++ one (:mod:`~tiledispatch.integrations.torch_native`, registry binaries: each layer's
+    forward counted, its backward runs in C++)."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
+    from tiledispatch.integrations import torch_native
     from tiledispatch.integrations.torch import dispatch_report, swap_convs, swapped_convs
+
+    for name in ("_extension", "_unavailable", "_tried"):  # restored after the test (monkeypatch)
+        monkeypatch.setattr(torch_native, name, getattr(torch_native, name))
+    torch_native.reset()
+    if path == "python":
+        monkeypatch.setenv(torch_native.ENABLE_ENV, "0")
+    elif torch_native.extension() is None or not os.environ.get("TILEDISPATCH_REGISTRY_DIR"):
+        pytest.skip(f"the C++ launch path needs its extension and a registry ({torch_native.status()['reason']})")
 
     F = torch.nn.functional
     # cost "device", the setting for CUDA-graph code: decisions on device time, no layer timed whole
@@ -362,13 +374,16 @@ def test_captured_training_step_replays_like_eager(policy, runtime_factory, monk
         return out.detach()  # (not holding the step's autograd nodes, bound to the stream they ran on)
 
     launches = {"captured": 0, "eager": 0}
-    launch = runtime._launch
+    launch = runtime._launch if path == "python" else torch_native.conv
 
-    def counting(entry, first, second):  # in backward too: autograd runs it on its forward's stream
+    def counting(*args):  # in backward too (Python path): autograd runs it on its forward's stream
         launches["captured" if torch.cuda.is_current_stream_capturing() else "eager"] += 1
-        return launch(entry, first, second)
+        return launch(*args)
 
-    monkeypatch.setattr(runtime, "_launch", counting)
+    if path == "python":
+        monkeypatch.setattr(runtime, "_launch", counting)
+    else:
+        monkeypatch.setattr(torch_native, "conv", counting)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -385,14 +400,17 @@ def test_captured_training_step_replays_like_eager(policy, runtime_factory, monk
         assert ours_calls == 3, impl
     else:
         assert not report
-        ours_calls = 6
+        ours_calls = 6 if path == "python" else 2  # C++: one call per layer, its backward inside
+    if path == "cpp":
+        assert torch_native.status()["plans"] == 6
     lookups = runtime.selector.stats.cached
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=side):
         static_out = step()
     torch.cuda.current_stream().wait_stream(side)
     assert launches["captured"] == ours_calls  # our kernels are in the graph, once per problem of ours
-    assert runtime.selector.stats.cached - lookups == 6  # every swapped call went through its cached route
+    # every swapped call went through its cached route (the C++ path's calls skip the runtime)
+    assert runtime.selector.stats.cached - lookups == (6 if path == "python" else 0)
     assert len(runtime.entries()) == 6 and dispatch_report() == report
 
     generator = torch.Generator(device="cuda").manual_seed(1)

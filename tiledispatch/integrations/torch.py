@@ -18,7 +18,9 @@ What happens per convolution call (see :mod:`.torch_runtime` and :mod:`.torch_se
   custom ops with fake implementations (``torch.ops.tiledispatch.conv_fwd/conv_bwd_data/
   conv_bwd_weight``), kept as opaque calls; in eager mode they call the same runtime through a
   hand-written ``torch.autograd.Function`` (``torch_ops.EagerConv``), without the custom ops'
-  dispatcher cost; a TileConv keeps, per call key (input shape, dtype and device, weight shape,
+  dispatcher cost, or, once every direction a layer needs is settled on a registry kernel, the C++
+  launch path (:mod:`.torch_native`: one call into a C++ autograd node, no Python in the backward);
+  a TileConv keeps, per call key (input shape, dtype and device, weight shape,
   which gradients flow), what ``tile_conv``'s checks decided for it, so a steady-state call costs
   a lookup there (whether the call is traced, under a dispatch mode or autocast is still checked on
   every call; what was kept is dropped whenever the runtime, its settings or its entries change);
@@ -57,7 +59,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from tiledispatch.native.problem import Direction
 
-from . import torch_ops
+from . import torch_native, torch_ops
 from .torch_dispatch import POLICIES, Decision, EventTimer, Timing
 from .torch_reference import forward as _pytorch_forward  # PyTorch's convolution under PyTorch's autograd
 from .torch_runtime import Runtime, channels_last, configure, get_runtime, memory_format
@@ -163,21 +165,23 @@ class _Calls(dict):
 
 
 def _resolve(runtime: Runtime, x: torch.Tensor, weight: torch.Tensor, groups: int, stride: tuple[int, ...],
-             pad_begin: tuple[int, ...], pad_end: tuple[int, ...],
-             dilation: tuple[int, ...]) -> tuple[torch.memory_format | None, tuple | None, tuple[int, ...]] | None:
+             pad_begin: tuple[int, ...], pad_end: tuple[int, ...], dilation: tuple[int, ...], grad_x: bool,
+             grad_w: bool) -> tuple[torch.memory_format | None, tuple | None, tuple[int, ...], tuple | None] | None:
     """What ``tile_conv`` runs for an eager call (not traced, no autocast) on these tensors:
     (memory format of the operands, :class:`~.torch_ops.EagerConv`'s ``call``, the bias's view
-    shape); no format and no call when PyTorch's convolution serves it (a tensor the runtime does not
-    accept, or every needed direction settled on PyTorch). None for tensors on devices other than
-    CPU and CUDA: ``torch._C._is_any_autocast_enabled`` does not see autocast on all of them (MPS),
-    so ``tile_conv`` checks theirs on every call."""
+    shape, the C++ launch path's plan ids or None: :meth:`Runtime.native_conv`); no format and no
+    call when PyTorch's convolution serves it (a tensor the runtime does not accept, or every needed
+    direction settled on PyTorch). None for tensors on devices other than CPU and CUDA:
+    ``torch._C._is_any_autocast_enabled`` does not see autocast on all of them (MPS), so
+    ``tile_conv`` checks theirs on every call."""
     if not (x.is_cuda or x.is_cpu):
         return None
     bias_shape = (1, -1, *([1] * (x.dim() - 2)))
     if not runtime.accepts(x) or runtime.pytorch_serves(x, weight, groups, stride, pad_begin, pad_end, dilation):
-        return None, None, bias_shape
+        return None, None, bias_shape, None
+    plans = runtime.native_conv(x, weight, groups, stride, pad_begin, pad_end, dilation, grad_x, grad_w)
     return memory_format(x.dim()), torch_ops.eager_call(runtime, x, weight, stride, pad_begin, pad_end, dilation,
-                                                        groups), bias_shape
+                                                        groups), bias_shape, plans
 
 
 _UNRESOLVED = object()  # a call key _resolve has not answered yet (None is one of its answers)
@@ -224,16 +228,20 @@ class _TileConvMixin:
         key = (x.shape, x.dtype, x.device, weight.shape, grad_x, grad_w)
         resolved = calls.get(key, _UNRESOLVED)
         if resolved is _UNRESOLVED:
-            resolved = calls[key] = _resolve(runtime, x, weight, groups, stride, pad_begin, pad_end, dilation)
+            resolved = calls[key] = _resolve(runtime, x, weight, groups, stride, pad_begin, pad_end, dilation,
+                                             grad_x, grad_w)
         if resolved is None:
             return tile_conv(x, weight, bias, stride, params[5], dilation, groups)
-        fmt, call, bias_shape = resolved
+        fmt, call, bias_shape, plans = resolved
         if call is None:  # PyTorch's own convolution, bias inside (as nn.Conv calls it)
             return _pytorch_forward(x, weight, groups, stride, pad_begin, pad_end, dilation, bias)
-        x, weight = x.contiguous(memory_format=fmt), weight.contiguous(memory_format=fmt)
-        if grad_x or grad_w:
+        if plans is not None:  # the C++ launch path: operand layout, launches and autograd node in C++
+            y = torch_native.conv(x, weight, plans)
+        elif grad_x or grad_w:
+            x, weight = x.contiguous(memory_format=fmt), weight.contiguous(memory_format=fmt)
             y = torch_ops.EagerConv.apply(x, weight, call)
         else:  # no gradient can flow: the forward alone, no autograd node
+            x, weight = x.contiguous(memory_format=fmt), weight.contiguous(memory_format=fmt)
             y = runtime.run(Direction.FORWARD, x, weight, *call[1])
         if bias is not None:
             y = y + bias.view(bias_shape)

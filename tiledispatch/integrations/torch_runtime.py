@@ -224,6 +224,7 @@ class Runtime:
         # decided implementation of each needed direction. Kept across generations (its key holds what
         # it depends on); emptied by clear().
         self._layers: dict[tuple, LayerDecision] = {}
+        self._layer_paths: dict[tuple, str] = {}  # which launch path ours was timed on: cpp | python
         self._lock = threading.Lock()
         self._logged: set[str] = set()
         self.cpu = cpu
@@ -385,6 +386,43 @@ class Runtime:
         self._entries[key] = entry
         return entry
 
+    def native_conv(self, x: torch.Tensor, weight: torch.Tensor, groups: int, stride: tuple[int, ...],
+                    pad_begin: tuple[int, ...], pad_end: tuple[int, ...], dilation: tuple[int, ...], grad_x: bool,
+                    grad_w: bool) -> tuple[int, int, int] | None:
+        """The C++ launch path's plan ids ``(forward, backward-data, backward-weight)`` (-1 for a
+        gradient that does not flow) for an eager call on these tensors, when every direction it
+        needs is already routed to our kernel on registry binaries and each plan can run there
+        (:mod:`.torch_native`); else None (the Python path serves it, deciding what is undecided).
+        Derived from the current entries: a caller keeps the answer for one generation of them."""
+        if not x.is_cuda:
+            return None
+        from . import torch_native
+
+        if torch_native.extension() is None:
+            return None
+        policy = dispatch.resolve(self._policy, x.device)
+        if policy == dispatch.PYTORCH:
+            return None
+        shapes = (tuple(x.shape), tuple(weight.shape), groups, stride, pad_begin, pad_end, dilation, "cuda")
+        device = x.get_device()
+        ids = []
+        for direction, flows in ((Direction.FORWARD, True), (Direction.BACKWARD_DATA, grad_x),
+                                 (Direction.BACKWARD_WEIGHT, grad_w)):
+            if not flows:
+                ids.append(-1)
+                continue
+            entry = self._entries.get((direction, x.dtype, *shapes))
+            if entry is None or entry.backend != "compiled":
+                return None
+            if policy == dispatch.FASTEST and (entry.decision is None or entry.decision.impl == dispatch.PYTORCH):
+                return None
+            plan = entry.plan if entry.plan is not None else entry.with_plan().plan
+            found = torch_native.plan_id(plan, device)
+            if found is None:
+                return None
+            ids.append(found)
+        return ids[0], ids[1], ids[2]
+
     def pytorch_serves(self, x: torch.Tensor, weight: torch.Tensor, groups: int, stride: tuple[int, ...],
                        pad_begin: tuple[int, ...], pad_end: tuple[int, ...], dilation: tuple[int, ...]) -> bool:
         """Whether every direction this call can run is already settled on PyTorch's convolution
@@ -450,6 +488,7 @@ class Runtime:
         """Time the layer of this call as decided (the autograd Function) and as PyTorch's own
         convolution, forward and the backward of the gradients that flow, on copies of its operands
         (detached: nothing reaches the caller's autograd graph or ``.grad``); kept and logged."""
+        from . import torch_native
         from .torch_ops import EagerConv, eager_call
 
         grads = key[-2:]
@@ -459,6 +498,9 @@ class Runtime:
         with torch.no_grad():
             grad_out = torch.randn_like(pytorch_forward(x, weight, groups, stride, pad_begin, pad_end, dilation))
 
+        # Ours as a TileConv will run it: the C++ launch path where it serves every needed direction.
+        plans = self.native_conv(x, weight, groups, stride, pad_begin, pad_end, dilation, *grads)
+
         def layer(native: bool):
             def run():
                 xs = x.detach().requires_grad_(grads[0])
@@ -466,6 +508,8 @@ class Runtime:
                 with torch.enable_grad():
                     if native:
                         y = pytorch_forward(xs, ws, groups, stride, pad_begin, pad_end, dilation)
+                    elif plans is not None:
+                        y = torch_native.conv(xs, ws, plans)
                     else:
                         y = EagerConv.apply(xs.contiguous(memory_format=fmt), ws.contiguous(memory_format=fmt), call)
                     inputs = [t for t, flows in zip((xs, ws), grads) if flows]
@@ -475,6 +519,7 @@ class Runtime:
 
         decision = dispatch.decide_layer(self.timer, layer(False), layer(True), x.device)
         self._layers[(key, impls)] = decision
+        self._layer_paths[(key, impls)] = "cpp" if plans is not None else "python"
         problem = self.problem(Direction.FORWARD, x.dtype, tuple(x.shape), tuple(weight.shape), groups, stride,
                                pad_begin, pad_end, dilation)
         dispatch.log_layer_decision(f"{problem.key} (gradients: x {grads[0]}, w {grads[1]})", decision, self._cost)
@@ -483,8 +528,9 @@ class Runtime:
     def layer_report(self) -> list[dict[str, Any]]:
         """One dict per layer timed both ways under ``fastest``: its forward problem key, which gradients
         flow, the decided implementation of each needed direction (fwd, then bwd_data and bwd_weight
-        where they flow), both routes' device and host ms per call, and whether PyTorch's own layer
-        serves it under the current ``cost``."""
+        where they flow), both routes' device and host ms per call, whether PyTorch's own layer
+        serves it under the current ``cost``, and the launch path ours was timed on (``ours_path``:
+        ``cpp``, :mod:`.torch_native`, or ``python``)."""
         out = []
         for (key, impls), layer in self._layers.items():
             x_shape, w_shape, dtype, _, groups, stride, pad_begin, pad_end, dilation, grad_x, grad_w = key
@@ -493,7 +539,8 @@ class Runtime:
             out.append({"problem": problem.key, "grad_x": grad_x, "grad_w": grad_w, "impls": list(impls),
                         "mixed_ms": layer.mixed.device_ms, "mixed_host_ms": layer.mixed.host_ms,
                         "native_ms": layer.native.device_ms, "native_host_ms": layer.native.host_ms,
-                        "native": layer.native_for(self._cost), "decision_s": layer.seconds})
+                        "native": layer.native_for(self._cost), "decision_s": layer.seconds,
+                        "ours_path": self._layer_paths.get((key, impls), "python")})
         return out
 
     def entries(self) -> list[Entry]:
@@ -514,6 +561,7 @@ class Runtime:
     def clear(self) -> None:
         """Forget every cached problem, choice and decision (the next call selects and decides again)."""
         self._layers.clear()
+        self._layer_paths.clear()
         self._entries.clear()
         if self._selector is not None:
             self._selector.clear()
