@@ -8,7 +8,8 @@
   result is allocated where a NaN-filled block of its size was just freed;
 * a swapped layer's steady-state training calls go through C++ (the runtime's Python path is not
   called) and give bitwise the Python path's output and gradients, bias included;
-* operand errors name the operand and the rule; double backward is refused.
+* operand errors are ValueErrors naming the operand and the rule (as the Python path's LaunchError);
+  a gradient the node was not planned for, and double backward, are refused.
 
 Run: ``TILEDISPATCH_REGISTRY_DIR=... pytest -m gpu tests/integrations/test_torch_native_gpu.py``.
 """
@@ -215,11 +216,11 @@ def test_operand_errors_name_the_operand(registry, native):
     plan_id = native.plan_id(launch.launch_plan(problem, config, "compiled", registry.loader()), 0)
     x = torch.randn(2, 8, 9, 9, device="cuda").to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
     w = torch.randn(8, 1, 3, 3, device="cuda").to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
-    with pytest.raises(RuntimeError, match="input: dtype must be BFloat16"):
+    with pytest.raises(ValueError, match="input: dtype must be BFloat16"):
         native._extension.run(x.float(), w, plan_id)
-    with pytest.raises(RuntimeError, match=r"weight: shape must be \[8, 1, 3, 3\]"):
+    with pytest.raises(ValueError, match=r"weight: shape must be \[8, 1, 3, 3\]"):
         native._extension.run(x, w[:4], plan_id)
-    with pytest.raises(RuntimeError, match="input: must be on cuda:0"):
+    with pytest.raises(ValueError, match="input: must be on cuda:0"):
         native._extension.run(x.cpu(), w, plan_id)
     y = native._extension.run(x, w.contiguous(), plan_id)  # not channels-last: copied, then run
     assert torch.equal(y, native._extension.run(x, w, plan_id))

@@ -22,6 +22,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -107,16 +108,28 @@ const Plan& plan_of(int64_t id) {
   return *plans[id];
 }
 
+std::string shape_text(at::IntArrayRef shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+// A caller's mistake: ValueError in Python (as LaunchPlan.run's LaunchError), naming the operand.
+[[noreturn]] void bad_operand(const Plan& plan, const std::string& name, const std::string& rule) {
+  throw std::invalid_argument(name + ": " + rule + " (" + plan.name + ")");
+}
+
 // An operand as the kernels read it: channels-last and 16-byte aligned (a copy only when it is not).
 at::Tensor operand(const Plan& plan, int index, at::Tensor tensor) {
   const std::string& name = plan.names[index];
-  TORCH_CHECK(tensor.defined(), name, ": undefined tensor (", plan.name, ")");
-  TORCH_CHECK(tensor.is_cuda() && tensor.get_device() == plan.device, name, ": must be on cuda:", plan.device,
-              ", got ", tensor.device(), " (", plan.name, ")");
-  TORCH_CHECK(tensor.scalar_type() == plan.dtype, name, ": dtype must be ", plan.dtype, ", got ",
-              tensor.scalar_type(), " (", plan.name, ")");
-  TORCH_CHECK(tensor.sizes().equals(plan.shapes[index]), name, ": shape must be ", at::IntArrayRef(plan.shapes[index]),
-              ", got ", tensor.sizes(), " (", plan.name, ")");
+  if (!tensor.defined()) bad_operand(plan, name, "undefined tensor");
+  if (!tensor.is_cuda() || tensor.get_device() != plan.device)
+    bad_operand(plan, name, "must be on cuda:" + std::to_string(plan.device) + ", got " + tensor.device().str());
+  if (tensor.scalar_type() != plan.dtype)
+    bad_operand(plan, name, std::string("dtype must be ") + c10::toString(plan.dtype) + ", got " +
+                                c10::toString(tensor.scalar_type()));
+  if (!tensor.sizes().equals(plan.shapes[index]))
+    bad_operand(plan, name, "shape must be " + shape_text(plan.shapes[index]) + ", got " + shape_text(tensor.sizes()));
   if (!tensor.is_contiguous(plan.memory_format)) tensor = tensor.contiguous(plan.memory_format);
   if (reinterpret_cast<uintptr_t>(tensor.data_ptr()) % 16) tensor = tensor.clone(plan.memory_format);
   return tensor;
@@ -172,7 +185,7 @@ struct Conv : public torch::autograd::Function<Conv> {
                             int64_t forward_plan, int64_t data_plan, int64_t weight_plan) {
     const Plan& plan = plan_of(forward_plan);
     at::Tensor x_cl = operand(plan, kFirst, x);
-    at::Tensor w_cl = operand(plan, kSecond, weight);
+    at::Tensor w_cl = operand(plan, kSecond, weight);  // (named: argument order is unspecified)
     ctx->save_for_backward({x_cl, w_cl});
     ctx->saved_data["data_plan"] = data_plan;
     ctx->saved_data["weight_plan"] = weight_plan;
@@ -202,14 +215,31 @@ struct Conv : public torch::autograd::Function<Conv> {
   }
 };
 
+// The Python entry points raise ValueError for a caller's mistake (std::invalid_argument) and
+// RuntimeError, without the C++ backtrace, for the rest (c10::Error's text).
+template <typename Body>
+auto translated(Body body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const std::invalid_argument&) {
+    throw;
+  } catch (const c10::Error& error) {
+    throw std::runtime_error(error.what_without_backtrace());
+  }
+}
+
 at::Tensor conv(const at::Tensor& x, const at::Tensor& weight, int64_t forward_plan, int64_t data_plan,
                 int64_t weight_plan) {
-  return Conv::apply(x, weight, forward_plan, data_plan, weight_plan);
+  return translated([&] { return Conv::apply(x, weight, forward_plan, data_plan, weight_plan); });
 }
 
 at::Tensor run(const at::Tensor& first, const at::Tensor& second, int64_t id) {
-  const Plan& plan = plan_of(id);
-  return run_prepared(plan, operand(plan, kFirst, first), operand(plan, kSecond, second));
+  return translated([&] {
+    const Plan& plan = plan_of(id);
+    at::Tensor first_ready = operand(plan, kFirst, first);
+    at::Tensor second_ready = operand(plan, kSecond, second);
+    return run_prepared(plan, first_ready, second_ready);
+  });
 }
 
 // ---- registration ----------------------------------------------------------------------------------
@@ -285,7 +315,16 @@ int64_t register_plan(const std::string& name, int64_t device, const std::string
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.doc() = "tiledispatch's eager launch path: registered launch plans run from C++ (see torch_native.py)";
-  module.def("register_plan", &register_plan, "Register a packed launch plan; returns its id");
+  module.def(
+      "register_plan",
+      [](const std::string& name, int64_t device, const std::string& dtype, bool channels_last_3d,
+         const std::vector<std::vector<int64_t>>& shapes, const std::vector<std::string>& names,
+         int64_t workspace_elements, const std::vector<LaunchSpec>& launches) {
+        return translated([&] {
+          return register_plan(name, device, dtype, channels_last_3d, shapes, names, workspace_elements, launches);
+        });
+      },
+      "Register a packed launch plan; returns its id");
   module.def("run", &run, "One direction: run plan `id` on (first, second); returns the result");
   module.def("conv", &conv, "conv(x, w, forward_plan, data_plan, weight_plan) with a C++ autograd node");
 }
