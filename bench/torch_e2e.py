@@ -218,19 +218,27 @@ def _graph_steps(model, x, labels) -> dict:
 @contextlib.contextmanager
 def _counting_our_calls(runtime):
     """Counts the runtime's launches of our kernels inside the block (``counts["calls"]``): during a
-    capture, the calls of ours the graph records (only the capture pays the wrapper)."""
+    capture, the calls of ours the graph records (only the capture pays the wrapper); a C++-path
+    layer call counts its forward and each backward direction it planned (run while capturing the
+    same step's backward)."""
     counts = {"calls": 0}
-    launch = runtime._launch
+    launch, native = runtime._launch, torch_native.conv
 
     def counting(entry, first, second):
         counts["calls"] += 1
         return launch(entry, first, second)
 
+    def counting_native(x, weight, bias, plans):  # the C++ path: its forward, and the backward it plans
+        counts["calls"] += 1 + (plans[1] >= 0) + (plans[2] >= 0)
+        return native(x, weight, bias, plans)
+
     runtime._launch = counting
+    torch_native.conv = counting_native
     try:
         yield counts
     finally:
         del runtime._launch  # the class's method again
+        torch_native.conv = native
 
 
 def _warm_up(step, stream, steps: int) -> None:

@@ -199,8 +199,16 @@ def test_steady_state_calls_run_in_cpp_like_the_python_path(registry, native, ru
             assert native.status()["plans"] == 6
         else:
             assert calls["runtime"] == 6
-    for a, b in zip(results["python"], results["cpp"]):
-        assert torch.equal(a, b) and a.stride() == b.stride()
+    # output, dX, dW of both convs: the same kernels, bitwise; the bias gradient (a sum over N and space,
+    # PyTorch's sum_to_size in the Python path, grad.sum in C++) within bf16 rounding
+    python, cpp = results["python"], results["cpp"]
+    bias_index = 3  # [y, dx, dw0, db0, dw1]
+    for index, (a, b) in enumerate(zip(python, cpp)):
+        assert a.stride() == b.stride()
+        if index == bias_index:
+            assert torch.allclose(a.float(), b.float(), rtol=1e-2, atol=1e-2)
+        else:
+            assert torch.equal(a, b), index
     xs = x.detach().requires_grad_(True)
     with pytest.raises(RuntimeError, match="double backward"):
         torch.autograd.grad(model(xs).float().square().sum(), xs, create_graph=True)[0].sum().backward()
@@ -225,6 +233,6 @@ def test_operand_errors_name_the_operand(registry, native):
     y = native._extension.run(x, w.contiguous(), plan_id)  # not channels-last: copied, then run
     assert torch.equal(y, native._extension.run(x, w, plan_id))
     xs = x.detach().requires_grad_(True)
-    out = native._extension.conv(xs, w, plan_id, -1, -1)
+    out = native._extension.conv(xs, w, None, plan_id, -1, -1)
     with pytest.raises(RuntimeError, match="input gradient was not planned"):
         out.sum().backward()

@@ -235,8 +235,10 @@ class _TileConvMixin:
         fmt, call, bias_shape, plans = resolved
         if call is None:  # PyTorch's own convolution, bias inside (as nn.Conv calls it)
             return _pytorch_forward(x, weight, groups, stride, pad_begin, pad_end, dilation, bias)
-        if plans is not None:  # the C++ launch path: operand layout, launches and autograd node in C++
-            y = torch_native.conv(x, weight, plans)
+        if plans is not None:  # the C++ launch path: operand layout, launches, bias and autograd node in C++
+            if bias is None or torch_native.bias_fits(bias, x):
+                return torch_native.conv(x, weight, bias, plans)
+            y = torch_native.conv(x, weight, None, plans)
         elif grad_x or grad_w:
             x, weight = x.contiguous(memory_format=fmt), weight.contiguous(memory_format=fmt)
             y = torch_ops.EagerConv.apply(x, weight, call)

@@ -276,7 +276,15 @@ def plan_id(plan: Any, device_index: int) -> int | None:
     return found if isinstance(found, int) else None
 
 
-def conv(x: Any, weight: Any, plans: tuple[int, int, int]) -> Any:
-    """``conv(x, w)`` through the C++ autograd node with ``plans`` from
-    :meth:`~tiledispatch.integrations.torch_runtime.Runtime.native_conv` (the extension is built)."""
-    return _extension.conv(x, weight, *plans)
+def conv(x: Any, weight: Any, bias: Any, plans: tuple[int, int, int]) -> Any:
+    """``conv(x, w) + bias`` through the C++ autograd node with ``plans`` from
+    :meth:`~tiledispatch.integrations.torch_runtime.Runtime.native_conv` (the extension is built).
+    ``bias``: None, or a tensor of ``x``'s dtype and device (:func:`bias_fits`); its gradient is
+    ``dY`` summed over N and space, in the node."""
+    return _extension.conv(x, weight, bias, *plans)
+
+
+def bias_fits(bias: Any, x: Any) -> bool:
+    """Whether the C++ node can add ``bias`` itself: same dtype and device as ``x`` (else PyTorch adds
+    it, with its type promotion)."""
+    return bias.dtype == x.dtype and bias.device == x.device

@@ -509,7 +509,7 @@ class Runtime:
                     if native:
                         y = pytorch_forward(xs, ws, groups, stride, pad_begin, pad_end, dilation)
                     elif plans is not None:
-                        y = torch_native.conv(xs, ws, plans)
+                        y = torch_native.conv(xs, ws, None, plans)
                     else:
                         y = EagerConv.apply(xs.contiguous(memory_format=fmt), ws.contiguous(memory_format=fmt), call)
                     inputs = [t for t, flows in zip((xs, ws), grads) if flows]

@@ -22,6 +22,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -178,18 +179,28 @@ at::Tensor run_prepared(const Plan& plan, const at::Tensor& first, const at::Ten
 }
 
 // ---- autograd --------------------------------------------------------------------------------------
-// conv(x, w) with plans for the forward and the two gradients (-1: that gradient is not requested
-// of this node; asking for it is an error, never a silent zero).
+// The shape that broadcasts a bias over (N, K, *spatial): (1, K, 1, ...).
+std::vector<int64_t> bias_view(const at::Tensor& y) {
+  std::vector<int64_t> shape(y.dim(), 1);
+  shape[1] = -1;
+  return shape;
+}
+
+// conv(x, w) + bias with plans for the forward and the two gradients (-1: that gradient is not
+// requested of this node; asking for it is an error, never a silent zero). bias: undefined, or K
+// values of y's dtype on its device (the caller checks); its gradient is dY summed over N and space.
 struct Conv : public torch::autograd::Function<Conv> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            int64_t forward_plan, int64_t data_plan, int64_t weight_plan) {
+                            const at::Tensor& bias, int64_t forward_plan, int64_t data_plan, int64_t weight_plan) {
     const Plan& plan = plan_of(forward_plan);
     at::Tensor x_cl = operand(plan, kFirst, x);
     at::Tensor w_cl = operand(plan, kSecond, weight);  // (named: argument order is unspecified)
     ctx->save_for_backward({x_cl, w_cl});
     ctx->saved_data["data_plan"] = data_plan;
     ctx->saved_data["weight_plan"] = weight_plan;
-    return run_prepared(plan, x_cl, w_cl);
+    at::Tensor y = run_prepared(plan, x_cl, w_cl);
+    if (bias.defined()) y.add_(bias.view(bias_view(y)));
+    return y;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -211,7 +222,13 @@ struct Conv : public torch::autograd::Function<Conv> {
       const Plan& plan = plan_of(id);
       grad_w = run_prepared(plan, saved[0], operand(plan, kSecond, grad_y));
     }
-    return {grad_x, grad_w, at::Tensor(), at::Tensor(), at::Tensor()};
+    at::Tensor grad_b;
+    if (ctx->needs_input_grad(2)) {
+      std::vector<int64_t> dims{0};
+      for (int64_t d = 2; d < grad_y.dim(); ++d) dims.push_back(d);
+      grad_b = grad_y.sum(dims);
+    }
+    return {grad_x, grad_w, grad_b, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -228,9 +245,11 @@ auto translated(Body body) -> decltype(body()) {
   }
 }
 
-at::Tensor conv(const at::Tensor& x, const at::Tensor& weight, int64_t forward_plan, int64_t data_plan,
-                int64_t weight_plan) {
-  return translated([&] { return Conv::apply(x, weight, forward_plan, data_plan, weight_plan); });
+at::Tensor conv(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                int64_t forward_plan, int64_t data_plan, int64_t weight_plan) {
+  return translated([&] {
+    return Conv::apply(x, weight, bias.has_value() ? *bias : at::Tensor(), forward_plan, data_plan, weight_plan);
+  });
 }
 
 at::Tensor run(const at::Tensor& first, const at::Tensor& second, int64_t id) {
@@ -326,5 +345,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
       },
       "Register a packed launch plan; returns its id");
   module.def("run", &run, "One direction: run plan `id` on (first, second); returns the result");
-  module.def("conv", &conv, "conv(x, w, forward_plan, data_plan, weight_plan) with a C++ autograd node");
+  module.def("conv", &conv, "conv(x, w, bias or None, forward_plan, data_plan, weight_plan) with a C++ autograd node");
 }
