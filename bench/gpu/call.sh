@@ -57,7 +57,7 @@ fi
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c "import torch, triton; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version(), 'triton', triton.__version__)"; echo "commit $TILEDISPATCH_GIT_COMMIT"; } | tee "$WORK/logs/env.txt"
 start=$(date +%s)
 left() { echo $(( ${DEADLINE_S:-560} - ($(date +%s) - ${T0:-$start}) )); }
-[ "${BUILD:-1}" = 0 ] || ( time td registry build --rule-set default --arch sm_90 --workers "$(nproc)" --cache-dir "$REG" --allow-failures ) > "$WORK/logs/build_default.txt" 2>&1
+[ "${BUILD:-1}" = 0 ] || ( time td registry build --rule-set "${RULE_SET:-default}" --arch sm_90 --workers "$(nproc)" --cache-dir "$REG" --allow-failures ) > "$WORK/logs/build_default.txt" 2>&1
 [ "${BUILD:-1}" = 0 ] || grep -v "^\s*\[" "$WORK/logs/build_default.txt" | tail -6
 SYN=$PWD/.carry/synthetic
 synth() {

@@ -189,46 +189,71 @@ std::vector<int64_t> bias_view(const at::Tensor& y) {
 // conv(x, w) + bias with plans for the forward and the two gradients (-1: that gradient is not
 // requested of this node; asking for it is an error, never a silent zero). bias: undefined, or K
 // values of y's dtype on its device (the caller checks); its gradient is dY summed over N and space.
-struct Conv : public torch::autograd::Function<Conv> {
+// Two autograd nodes share this: ConvBias (bias an input) and Conv (none: an undefined tensor may not
+// be an autograd input).
+at::Tensor conv_forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                        const at::Tensor& bias, int64_t forward_plan, int64_t data_plan, int64_t weight_plan) {
+  const Plan& plan = plan_of(forward_plan);
+  at::Tensor x_cl = operand(plan, kFirst, x);
+  at::Tensor w_cl = operand(plan, kSecond, weight);  // (named: argument order is unspecified)
+  ctx->save_for_backward({x_cl, w_cl});
+  ctx->saved_data["data_plan"] = data_plan;
+  ctx->saved_data["weight_plan"] = weight_plan;
+  at::Tensor y = run_prepared(plan, x_cl, w_cl);
+  if (bias.defined()) y.add_(bias.view(bias_view(y)));
+  return y;
+}
+
+// (dX, dW, dBias) as the node's inputs need them (undefined where not).
+std::vector<at::Tensor> conv_backward(torch::autograd::AutogradContext* ctx, const at::Tensor& grad_y,
+                                      bool bias) {
+  TORCH_CHECK(!at::GradMode::is_enabled(),
+              "tiledispatch: double backward of a swapped convolution is not supported (create_graph=True)");
+  auto saved = ctx->get_saved_variables();
+  at::Tensor grad_x, grad_w, grad_b;
+  if (ctx->needs_input_grad(0)) {
+    const int64_t id = ctx->saved_data["data_plan"].toInt();
+    TORCH_CHECK(id >= 0, "tiledispatch: the input gradient was not planned for this call");
+    const Plan& plan = plan_of(id);
+    grad_x = run_prepared(plan, operand(plan, kFirst, grad_y), saved[1]);
+  }
+  if (ctx->needs_input_grad(1)) {
+    const int64_t id = ctx->saved_data["weight_plan"].toInt();
+    TORCH_CHECK(id >= 0, "tiledispatch: the weight gradient was not planned for this call");
+    const Plan& plan = plan_of(id);
+    grad_w = run_prepared(plan, saved[0], operand(plan, kSecond, grad_y));
+  }
+  if (bias && ctx->needs_input_grad(2)) {
+    std::vector<int64_t> dims{0};
+    for (int64_t d = 2; d < grad_y.dim(); ++d) dims.push_back(d);
+    grad_b = grad_y.sum(dims);
+  }
+  return {grad_x, grad_w, grad_b};
+}
+
+struct ConvBias : public torch::autograd::Function<ConvBias> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const at::Tensor& bias, int64_t forward_plan, int64_t data_plan, int64_t weight_plan) {
-    const Plan& plan = plan_of(forward_plan);
-    at::Tensor x_cl = operand(plan, kFirst, x);
-    at::Tensor w_cl = operand(plan, kSecond, weight);  // (named: argument order is unspecified)
-    ctx->save_for_backward({x_cl, w_cl});
-    ctx->saved_data["data_plan"] = data_plan;
-    ctx->saved_data["weight_plan"] = weight_plan;
-    at::Tensor y = run_prepared(plan, x_cl, w_cl);
-    if (bias.defined()) y.add_(bias.view(bias_view(y)));
-    return y;
+    return conv_forward(ctx, x, weight, bias, forward_plan, data_plan, weight_plan);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    TORCH_CHECK(!at::GradMode::is_enabled(),
-                "tiledispatch: double backward of a swapped convolution is not supported (create_graph=True)");
-    auto saved = ctx->get_saved_variables();
-    at::Tensor grad_x, grad_w;
-    const at::Tensor& grad_y = grads[0];
-    if (ctx->needs_input_grad(0)) {
-      const int64_t id = ctx->saved_data["data_plan"].toInt();
-      TORCH_CHECK(id >= 0, "tiledispatch: the input gradient was not planned for this call");
-      const Plan& plan = plan_of(id);
-      grad_x = run_prepared(plan, operand(plan, kFirst, grad_y), saved[1]);
-    }
-    if (ctx->needs_input_grad(1)) {
-      const int64_t id = ctx->saved_data["weight_plan"].toInt();
-      TORCH_CHECK(id >= 0, "tiledispatch: the weight gradient was not planned for this call");
-      const Plan& plan = plan_of(id);
-      grad_w = run_prepared(plan, saved[0], operand(plan, kSecond, grad_y));
-    }
-    at::Tensor grad_b;
-    if (ctx->needs_input_grad(2)) {
-      std::vector<int64_t> dims{0};
-      for (int64_t d = 2; d < grad_y.dim(); ++d) dims.push_back(d);
-      grad_b = grad_y.sum(dims);
-    }
-    return {grad_x, grad_w, grad_b, at::Tensor(), at::Tensor(), at::Tensor()};
+    auto g = conv_backward(ctx, grads[0], true);
+    return {g[0], g[1], g[2], at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+struct Conv : public torch::autograd::Function<Conv> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            int64_t forward_plan, int64_t data_plan, int64_t weight_plan) {
+    return conv_forward(ctx, x, weight, at::Tensor(), forward_plan, data_plan, weight_plan);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto g = conv_backward(ctx, grads[0], false);
+    return {g[0], g[1], at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -248,7 +273,9 @@ auto translated(Body body) -> decltype(body()) {
 at::Tensor conv(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                 int64_t forward_plan, int64_t data_plan, int64_t weight_plan) {
   return translated([&] {
-    return Conv::apply(x, weight, bias.has_value() ? *bias : at::Tensor(), forward_plan, data_plan, weight_plan);
+    if (bias.has_value() && bias->defined())
+      return ConvBias::apply(x, weight, *bias, forward_plan, data_plan, weight_plan);
+    return Conv::apply(x, weight, forward_plan, data_plan, weight_plan);
   });
 }
 
