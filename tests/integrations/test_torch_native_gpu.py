@@ -103,6 +103,8 @@ def test_every_family_runs_like_the_python_path(registry, native, direction, dty
 
     rng = random.Random(f"{direction}-{dtype}-{ndim}-{random.random()}")
     configs = [c for c in registry.configs if c.direction is direction and c.dtype is dtype and c.ndim == ndim]
+    if not configs:
+        pytest.skip(f"the registry holds no {direction.value} {dtype.value} {ndim}d kernel (e.g. the tiny rule set)")
     limit = RELATIVE_ERROR_LIMIT[dtype]
     ran: dict = {}
     failures = []
