@@ -22,6 +22,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.kernels.cases import MODEL_CASES, case_id, cases, model_case, problem, small_config
+from tests.kernels.test_launch_plan import stand_in_loader
 from tiledispatch.native.configs import Family
 from tiledispatch.native.problem import DType
 
@@ -58,17 +59,7 @@ class FakeBinary:
 
 
 def fake_loader(log, **metadata):
-    from tiledispatch.native import launch
-
-    tables: dict = {}
-
-    def loader(config):
-        if config.name not in tables:
-            tables[config.name] = {name: FakeBinary(name, program, log, **metadata)
-                                   for name, program in launch.template_for(config).programs(config).items()}
-        return tables[config.name]
-
-    return loader
+    return stand_in_loader(log, lambda name, program, calls: FakeBinary(name, program, calls, **metadata))
 
 
 @pytest.fixture

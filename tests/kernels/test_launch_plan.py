@@ -46,15 +46,17 @@ class StandIn:
         return record
 
 
-def stand_in_loader(log: list):
-    """``loader(config) -> {program: StandIn}``, one table per kernel (as a registry loads them)."""
+def stand_in_loader(log: list, make=None):
+    """``loader(config) -> {program: binary}``, one table per kernel (as a registry loads them); each
+    binary ``make(name, program, log)``, by default a :class:`StandIn`."""
     from tiledispatch.native import launch
 
     tables: dict[str, dict] = {}
 
     def loader(config):
         if config.name not in tables:
-            tables[config.name] = {name: StandIn(name, log) for name in launch.template_for(config).programs(config)}
+            tables[config.name] = {name: make(name, program, log) if make else StandIn(name, log)
+                                   for name, program in launch.template_for(config).programs(config).items()}
         return tables[config.name]
 
     return loader
