@@ -21,10 +21,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.kernels.cases import MODEL_CASES, case_id, cases, model_case, problem, small_config
-from tests.kernels.test_launch_plan import stand_in_loader
-from tiledispatch.native.configs import Family
-from tiledispatch.native.problem import DType
+from tests.kernels.cases import MODEL_CASES, model_case
+from tests.kernels.test_launch_plan import _all_cases, _problem_config, stand_in_loader
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
@@ -69,21 +67,6 @@ def compiled_on_cpu(monkeypatch):
     monkeypatch.setitem(launch._DEVICE_TYPE, launch.Backend.COMPILED, "cpu")
 
 
-def _specs():
-    out = [pytest.param(("small", case, DType.FP16), id=case_id(case)) for case in cases()]
-    out += [pytest.param(("small", case, DType.FP32), id=case_id(case) + "-fp32") for case in cases()
-            if case[2] is Family.GMERGE]
-    return out + [pytest.param(("model", label, None), id=label) for label, _, _ in MODEL_CASES]
-
-
-def _problem_config(spec):
-    kind, case, dtype = spec
-    if kind == "model":
-        return model_case(case)
-    ndim, label, family, direction, variant = case
-    return problem(direction, dtype, ndim, label), small_config(direction, dtype, ndim, family, **variant)
-
-
 def _pytorch_operand(shape, dtype, weight):
     from tiledispatch.native import launch
 
@@ -108,7 +91,7 @@ def _decode(spec_launch, pointers, signature_types):
     return values
 
 
-@pytest.mark.parametrize("spec", _specs())
+@pytest.mark.parametrize("spec", _all_cases())
 def test_packed_parameters_are_what_the_runner_gets(spec, compiled_on_cpu):
     from tiledispatch.integrations import torch_native
     from tiledispatch.native import launch
