@@ -255,3 +255,38 @@ def test_extension_source_compiles(tmp_path):
                           env={**os.environ, "LC_ALL": "C"})
     errors = [line for line in done.stderr.splitlines() if "native_launch.cpp" in line and "error" in line]
     assert done.returncode == 0, "\n".join(errors) or done.stderr[-4000:]
+
+
+def test_fastest_times_ours_on_the_cpp_path_where_it_serves(monkeypatch, runtime_factory):
+    """A direction's ``fastest`` decision times ours as it will run: the C++ path's run of the entry's
+    plan for registry binaries on CUDA once the extension is built, else the Python launch."""
+    from tiledispatch.integrations import torch_native
+    from tiledispatch.integrations.torch_runtime import Entry
+
+    runtime = runtime_factory()
+    ran = []
+
+    class Extension:
+        def run(self, first, second, plan):
+            ran.append(plan)
+            return "cpp result"
+
+    class CudaTensor:
+        is_cuda = True
+
+        def get_device(self):
+            return 0
+
+    monkeypatch.setattr(torch_native, "_tried", True)
+    monkeypatch.setattr(torch_native, "_extension", Extension())
+    monkeypatch.setattr(torch_native, "plan_id", lambda plan, device: 42 if device == 0 else None)
+    monkeypatch.setattr(runtime, "_launch", lambda entry, first, second: "python result")
+    compiled = Entry(None, None, "compiled", plan=object())
+    ours, path = runtime._ours_for_timing(compiled, CudaTensor(), CudaTensor())
+    assert (path, ours(), ran) == ("cpp", "cpp result", [42])
+    ours, path = runtime._ours_for_timing(Entry(None, None, "jit", plan=object()), CudaTensor(), CudaTensor())
+    assert (path, ours()) == ("python", "python result")
+    monkeypatch.setattr(torch_native, "plan_id", lambda plan, device: None)  # a plan the C++ path refused
+    assert runtime._ours_for_timing(compiled, CudaTensor(), CudaTensor())[1] == "python"
+    monkeypatch.setattr(torch_native, "_extension", None)  # not built
+    assert runtime._ours_for_timing(compiled, CudaTensor(), CudaTensor())[1] == "python"

@@ -284,6 +284,11 @@ def conv(x: Any, weight: Any, bias: Any, plans: tuple[int, int, int]) -> Any:
     return _extension.conv(x, weight, bias, *plans)
 
 
+def run(first: Any, second: Any, plan: int) -> Any:
+    """One direction of a registered plan on PyTorch-shaped operands (the result allocated, channels-last)."""
+    return _extension.run(first, second, plan)
+
+
 def bias_fits(bias: Any, x: Any) -> bool:
     """Whether the C++ node can add ``bias`` itself: same dtype and device as ``x`` (else PyTorch adds
     it, with its type promotion)."""

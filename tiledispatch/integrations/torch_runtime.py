@@ -225,6 +225,7 @@ class Runtime:
         # it depends on); emptied by clear().
         self._layers: dict[tuple, LayerDecision] = {}
         self._layer_paths: dict[tuple, str] = {}  # which launch path ours was timed on: cpp | python
+        self._decision_paths: dict[tuple, str] = {}  # the same for each direction's decision
         self._lock = threading.Lock()
         self._logged: set[str] = set()
         self.cpu = cpu
@@ -550,18 +551,21 @@ class Runtime:
         """One dict per problem decided under ``fastest``: problem key, direction, our kernel and its
         source, the implementation chosen (``ours``/``pytorch``), both device times and both host
         times per call in ms, what the decision compared (``cost``: ``total`` or ``device``), PyTorch's
-        time over ours by that measure (``speedup``) and the decision's wall time (``decision_s``)."""
+        time over ours by that measure (``speedup``), the decision's wall time (``decision_s``) and the
+        launch path ours was timed on (``ours_path``: ``cpp`` or ``python``)."""
         return [{"problem": e.problem.key, "direction": e.problem.direction.value, "kernel": e.config.name,
                  "source": e.choice.source, "backend": e.backend, "impl": e.decision.impl,
                  "ours_ms": e.decision.ours_ms, "pytorch_ms": e.decision.pytorch_ms,
                  "ours_host_ms": e.decision.ours_host_ms, "pytorch_host_ms": e.decision.pytorch_host_ms,
-                 "cost": e.decision.cost, "speedup": e.decision.speedup, "decision_s": e.decision.seconds}
-                for e in self.entries() if e.decision is not None]
+                 "cost": e.decision.cost, "speedup": e.decision.speedup, "decision_s": e.decision.seconds,
+                 "ours_path": self._decision_paths.get(key, "python")}
+                for key, e in list(self._entries.items()) if e.decision is not None]
 
     def clear(self) -> None:
         """Forget every cached problem, choice and decision (the next call selects and decides again)."""
         self._layers.clear()
         self._layer_paths.clear()
+        self._decision_paths.clear()
         self._entries.clear()
         if self._selector is not None:
             self._selector.clear()
@@ -653,6 +657,22 @@ class Runtime:
             second = channels_last(second)
         return plan.run(first, second, check_support=False)
 
+    def _ours_for_timing(self, entry: Entry, first: torch.Tensor, second: torch.Tensor) -> tuple[Any, str]:
+        """What ``fastest`` times as ours for one direction, and its launch path: the C++ path's run of the
+        entry's plan where that path can serve it (registry binaries on CUDA, the extension built: a
+        layer whose directions all go to ours then runs there, at that path's host cost), else
+        :meth:`_launch` (``python``)."""
+        if entry.backend == "compiled" and first.is_cuda:
+            from . import torch_native
+
+            if torch_native.extension() is not None:
+                plan = entry.plan if entry.plan is not None else entry.with_plan().plan
+                plan_id = torch_native.plan_id(plan, first.get_device())
+                if plan_id is not None:
+                    run = torch_native.run
+                    return (lambda: run(first, second, plan_id)), "cpp"
+        return (lambda: self._launch(entry, first, second)), "python"
+
     def _decide(self, entry: Entry, call: tuple) -> Decision | None:
         """Time ours and PyTorch's on ``call``'s tensors and cache the faster in the entry (one INFO
         line); None while the current stream is being captured into a CUDA graph (nothing timed)."""
@@ -662,10 +682,11 @@ class Runtime:
                           "run our kernel there, undecided; run an eager step before capturing so that ours and "
                           "PyTorch's are timed first", entry.problem.key)
             return None
-        decision = dispatch.decide(self.timer, lambda: self._launch(entry, first, second), lambda: reference(*call),
-                                   first.device, self._cost)
+        ours, path = self._ours_for_timing(entry, first, second)
+        decision = dispatch.decide(self.timer, ours, lambda: reference(*call), first.device, self._cost)
         key = (direction, first.dtype, x_shape, w_shape, groups, stride, pad_begin, pad_end, dilation,
                first.device.type)
+        self._decision_paths[key] = path
         self._entries[key] = replace(entry, decision=decision)
         dispatch.log_decision(entry.problem.key, entry.config.name, decision)
         return decision
