@@ -552,8 +552,8 @@ def run_case(name: str, batch: int, args) -> dict:
 def _markdown(report: dict) -> str:
     """The report's tables: step times and speedups, selection, dispatch."""
     results = [r for r in report["results"] if "error" not in r]
-    lines = (_header(report) + _times_table(report["results"]) + _selection_table(results) + _dispatch_table(results)
-             + _profile_table(results))
+    lines = (_header(report) + _times_table(report["results"]) + spread_table(results) + _selection_table(results)
+             + _dispatch_table(results) + _profile_table(results))
     grouped = [r for r in results if r["mostly_grouped"]]
     if grouped:
         met = {p: sum(r["train"][_speedup_key(p)] > 1 for r in grouped) for p in POLICIES}
@@ -564,6 +564,31 @@ def _markdown(report: dict) -> str:
         lines += ["", f"Lowest speedup under `fastest` (forward or training, any model and batch): {worst:.2f}."]
     lines += graph_table(results)
     return "\n".join(lines) + "\n"
+
+
+def spread_table(results: list[dict]) -> list[str]:
+    """The eager training rounds' spread: an eager step is host-bound, and the host's time drifts from
+    round to round, so beside the medians this shows each run's fastest and slowest round and the
+    speedups the rounds' minima give (the least disturbed round of each run), and in how many rounds
+    (paired: the same round of the alternation) the swapped model was faster than cuDNN."""
+    rows = [r for r in results if all(len(r["train"].get(k, {}).get("rounds_ms", ())) for k in ("cudnn", "ours",
+                                                                                                  "fastest"))]
+    if not rows:
+        return []
+    lines = ["", "### Spread of the eager training rounds", "",
+             "Each run's fastest – slowest round (ms per step); speedup from the rounds' minima; rounds (paired with "
+             "cuDNN's round of the same alternation) in which the swapped model was faster.", "",
+             "| model | batch | cuDNN ms | ours ms | fastest ms | speedup ours (minima) | speedup fastest (minima) | "
+             "rounds ours faster | rounds fastest faster |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        rounds = {k: r["train"][k]["rounds_ms"] for k in ("cudnn", "ours", "fastest")}
+        cells = [f"{min(v):.2f} – {max(v):.2f}" for v in rounds.values()]
+        cells += [f"{min(rounds['cudnn']) / min(rounds[k]):.2f}" for k in ("ours", "fastest")]
+        cells += [f"{sum(c > o for c, o in zip(rounds['cudnn'], rounds[k]))} of {len(rounds[k])}"
+                  for k in ("ours", "fastest")]
+        lines.append(f"| {r['model']} | {r['batch']} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _ms(value: float | None) -> str:

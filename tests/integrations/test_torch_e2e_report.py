@@ -354,3 +354,14 @@ def test_dispatch_summary_counts_layers_run_by_pytorchs_own_convolution(runtime_
     row = next(line for line in e2e._dispatch_table([{**_result(), "dispatch": summary}])
                if line.startswith("| mobilenet_v2"))
     assert _cells(row)[-5:] == ["0 / 1", "0 / 1", "0 / 1", "1", "1"]
+
+
+def test_spread_table_shows_round_extremes_minima_speedups_and_paired_wins():
+    spread_table = e2e.spread_table
+
+    result = {"model": "m", "batch": 32, "train": {"cudnn": {"rounds_ms": [10.0, 14.0, 12.0]},
+                                                   "ours": {"rounds_ms": [9.0, 15.0, 11.0]},
+                                                   "fastest": {"rounds_ms": [11.0, 13.0, 12.5]}}}
+    lines = spread_table([result])
+    assert lines[-1] == "| m | 32 | 10.00 – 14.00 | 9.00 – 15.00 | 11.00 – 13.00 | 1.11 | 0.91 | 2 of 3 | 1 of 3 |"
+    assert spread_table([{"model": "m", "batch": 1, "train": {"cudnn": {"median_ms": 1.0}}}]) == []
