@@ -406,6 +406,10 @@ class Runtime:
             return None
         shapes = (tuple(x.shape), tuple(weight.shape), groups, stride, pad_begin, pad_end, dilation, "cuda")
         device = x.get_device()
+        if device != torch.cuda.current_device():
+            # A registry's binaries are loaded on the device current at their first use; calls on
+            # another device keep the Python path, which switches devices per call.
+            return None
         ids = []
         for direction, flows in ((Direction.FORWARD, True), (Direction.BACKWARD_DATA, grad_x),
                                  (Direction.BACKWARD_WEIGHT, grad_w)):
