@@ -2,7 +2,8 @@
 only when used, so ``tiledispatch select`` never loads torch or triton.
 
 Local commands: ``kernels list`` (the rule sets), ``registry build``, ``bench`` (the tile engine),
-``serve``. Client commands talk to a server: ``select``, ``run``, ``models``, ``info``,
+``serve``, ``torch-ext build`` (the PyTorch integration's C++ launch path, ahead of a training run).
+Client commands talk to a server: ``select``, ``run``, ``models``, ``info``,
 ``lift-quarantine``; ``kernels``
 and ``bench`` become client commands when given ``--target``.
 """
@@ -17,13 +18,14 @@ _LOCAL = {
     "registry": "tiledispatch.native.cli",
     "bench": "tiledispatch.native.cli",
     "serve": "tiledispatch.server.main",
+    "torch-ext": "tiledispatch.integrations.torch_native",
 }
 _CLIENT = "tiledispatch.client.cli"
 _CLIENT_ONLY = ("select", "run", "models", "info", "lift-quarantine")
 
 USAGE = """usage: tiledispatch <command> [options]
 
-local:   kernels list | registry build | bench | serve
+local:   kernels list | registry build | bench | serve | torch-ext build
 client:  select | run | models | info | lift-quarantine | kernels --target T | bench --target T
 'tiledispatch <command> --help' for each command's options."""
 

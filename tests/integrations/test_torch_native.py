@@ -290,3 +290,20 @@ def test_fastest_times_ours_on_the_cpp_path_where_it_serves(monkeypatch, runtime
     assert runtime._ours_for_timing(compiled, CudaTensor(), CudaTensor())[1] == "python"
     monkeypatch.setattr(torch_native, "_extension", None)  # not built
     assert runtime._ours_for_timing(compiled, CudaTensor(), CudaTensor())[1] == "python"
+
+
+def test_torch_ext_build_command_says_why_without_cuda(monkeypatch, capsys, tmp_path):
+    from tiledispatch.cli import main
+    from tiledispatch.integrations import torch_native
+
+    for name in ("_extension", "_unavailable", "_tried"):
+        monkeypatch.setattr(torch_native, name, getattr(torch_native, name))
+    torch_native.reset()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv(torch_native.EXT_DIR_ENV, raising=False)
+    assert main(["torch-ext", "build", "--dir", str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    assert '"built": false' in out and str(tmp_path) in out
+    assert "not built: no CUDA device" in err
+    with pytest.raises(SystemExit):
+        main(["torch-ext", "rebuild"])

@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -293,3 +294,25 @@ def bias_fits(bias: Any, x: Any) -> bool:
     """Whether the C++ node can add ``bias`` itself: same dtype and device as ``x`` (else PyTorch adds
     it, with its type promotion)."""
     return bias.dtype == x.dtype and bias.device == x.device
+
+
+def main(argv: list[str]) -> int:
+    """``tiledispatch torch-ext build``: build (or find built) the extension now, so that a training
+    run's first steps do not pay the build; prints :func:`status` as JSON. Exit 0 when built, 1 with
+    the reason otherwise."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="tiledispatch torch-ext",
+                                     description="The PyTorch integration's C++ launch path (torch_native).")
+    parser.add_argument("action", choices=["build"])
+    parser.add_argument("--dir", help=f"build directory (default ${EXT_DIR_ENV} or ~/.cache/tiledispatch/torch_ext)")
+    args = parser.parse_args(argv[1:])
+    if args.dir:
+        os.environ[EXT_DIR_ENV] = args.dir
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    built = extension() is not None
+    print(json.dumps({**status(), "directory": str(build_directory())}))
+    if not built:
+        print(f"tiledispatch torch-ext: not built: {_unavailable}", file=sys.stderr)
+    return 0 if built else 1
