@@ -55,8 +55,7 @@ _extension: Any = None
 _unavailable = ""          # why the extension is not used ("" while it is, or not tried yet)
 _tried = False
 _built: Any = None         # the loaded module, kept across reset()
-_plan_ids: dict[tuple[int, int], int | str] = {}   # (id(plan), device) -> plan id, or the reason it is not eligible
-_plans_kept: dict[int, Any] = {}                     # id(plan) -> plan: keeps the ids above unambiguous
+_plan_ids: dict[tuple[Any, int], int | str] = {}   # (plan, device) -> plan id, or the reason it is not eligible
 
 
 class PackError(ValueError):
@@ -128,7 +127,6 @@ def reset() -> None:
     global _extension, _unavailable, _tried
     with _state_lock:
         _plan_ids.clear()
-        _plans_kept.clear()
         _extension, _unavailable, _tried = None, "", False
 
 
@@ -257,7 +255,7 @@ def _count(shape: tuple[int, ...]) -> int:
 def plan_id(plan: Any, device_index: int) -> int | None:
     """The extension's id of ``plan`` on ``device_index`` (registered on first use), or None when the
     extension is not built or the plan cannot run there (the reason is kept for :func:`status`)."""
-    key = (id(plan), device_index)
+    key = (plan, device_index)  # a LaunchPlan hashes by identity (and the key keeps it alive)
     found = _plan_ids.get(key)
     if found is not None:
         return found if isinstance(found, int) else None
@@ -272,7 +270,6 @@ def plan_id(plan: Any, device_index: int) -> int | None:
             except PackError as error:
                 found = str(error)
                 log.debug("tiledispatch: %s runs on the Python path: %s", plan.config.name, error)
-            _plans_kept[id(plan)] = plan
             _plan_ids[key] = found
     return found if isinstance(found, int) else None
 

@@ -417,12 +417,11 @@ class Runtime:
                 ids.append(-1)
                 continue
             entry = self._entries.get((direction, x.dtype, *shapes))
-            if entry is None or entry.backend != "compiled":
+            if entry is None:
                 return None
             if policy == dispatch.FASTEST and (entry.decision is None or entry.decision.impl == dispatch.PYTORCH):
                 return None
-            plan = entry.plan if entry.plan is not None else entry.with_plan().plan
-            found = torch_native.plan_id(plan, device)
+            found = self._cpp_plan(entry, device)
             if found is None:
                 return None
             ids.append(found)
@@ -666,16 +665,27 @@ class Runtime:
         entry's plan where that path can serve it (registry binaries on CUDA, the extension built: a
         layer whose directions all go to ours then runs there, at that path's host cost), else
         :meth:`_launch` (``python``)."""
-        if entry.backend == "compiled" and first.is_cuda:
-            from . import torch_native
+        if first.is_cuda:
+            plan_id = self._cpp_plan(entry, first.get_device())
+            if plan_id is not None:
+                from . import torch_native
 
-            if torch_native.extension() is not None:
-                plan = entry.plan if entry.plan is not None else entry.with_plan().plan
-                plan_id = torch_native.plan_id(plan, first.get_device())
-                if plan_id is not None:
-                    run = torch_native.run
-                    return (lambda: run(first, second, plan_id)), "cpp"
+                run = torch_native.run
+                return (lambda: run(first, second, plan_id)), "cpp"
         return (lambda: self._launch(entry, first, second)), "python"
+
+    @staticmethod
+    def _cpp_plan(entry: Entry, device: int) -> int | None:
+        """The C++ launch path's id of ``entry``'s plan on ``device``: None unless the entry runs
+        registry binaries, the extension is built and the plan packs."""
+        if entry.backend != "compiled":
+            return None
+        from . import torch_native
+
+        if torch_native.extension() is None:
+            return None
+        plan = entry.plan if entry.plan is not None else entry.with_plan().plan
+        return torch_native.plan_id(plan, device)
 
     def _decide(self, entry: Entry, call: tuple) -> Decision | None:
         """Time ours and PyTorch's on ``call``'s tensors and cache the faster in the entry (one INFO
