@@ -410,6 +410,101 @@ def test_layer_timing_leaves_the_callers_gradients_alone(fastest):
     assert _rel(x_in.grad, x_ref.grad) < 1e-6 and _rel(conv.weight.grad, w_ref.grad) < 1e-6
 
 
+class SequenceTimer:
+    """Answers ``times`` in order, one per timed run (then the last again)."""
+
+    def __init__(self, *times):
+        self.times, self.calls = times, 0
+
+    def __call__(self, run, device):
+        self.calls += 1
+        return self.times[min(self.calls, len(self.times)) - 1]
+
+
+@pytest.mark.parametrize(("ours", "route"), [
+    ((0.29, 0.20), "ours_cpp"),      # cheaper than both: the whole layer on ours, C++ path
+    ((0.29, 0.90), "pytorch_own"),   # the C++ layer's host time is the largest: PyTorch's own
+    ((0.33, 0.44), "pytorch_own"),   # a tie with PyTorch's own: the shorter path
+])
+def test_a_split_layer_is_also_timed_all_ours_on_the_cpp_path(fastest, monkeypatch, caplog, ours, route):
+    """The forward is decided on PyTorch's (its kernel is faster than ours on the device), both backward
+    directions on ours: as decided, the layer runs the split Python path. Where the C++ launch path
+    can run every direction on our kernels, the layer is also timed that way and the cheapest of the
+    three routes serves it: all ours on the C++ path means every direction on ours, its forward too."""
+    from tiledispatch.integrations import torch_native
+    from tiledispatch.integrations.torch_dispatch import Timing
+    from tiledispatch.native.problem import Direction
+
+    runtime, _, spy = fastest()
+    runtime.timer = SequenceTimer(2.0, 1.0, 1.0, 2.0, 1.0, 2.0)  # fwd: PyTorch's; bwd_data, bwd_weight: ours
+    conv, x = _conv(), torch.randn(2, 4, 5, 5)
+    _train_step(conv, x)
+    assert [r["impl"] for r in runtime.dispatch_report()] == ["pytorch", "ours", "ours"] and spy.calls == 2
+    plan_of = {Direction.FORWARD: 11, Direction.BACKWARD_DATA: 12, Direction.BACKWARD_WEIGHT: 13}
+    monkeypatch.setattr(runtime, "_cpp_device", lambda x: 0)
+    monkeypatch.setattr(runtime, "_cpp_plan", lambda entry, device: plan_of[entry.problem.direction])
+    native_calls = []
+
+    def fake_conv(x, weight, bias, plans):  # stands in for the C++ node: PyTorch's convolution, recorded
+        native_calls.append(plans)
+        return F.conv2d(x, weight, bias, 1, 1, 1, 2)
+
+    monkeypatch.setattr(torch_native, "conv", fake_conv)
+    runtime.timer = SequenceTimer(Timing(0.30, 0.80), Timing(0.33, 0.44), Timing(*ours))  # as decided, own, C++
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        y, gx, gw = _train_step(conv, x)
+    assert runtime.timer.calls == 3
+    [layer] = runtime.layer_report()
+    assert (layer["route"], layer["ours_ms"], layer["ours_host_ms"]) == (route, *ours)
+    assert layer["native"] == (route == "pytorch_own") and layer["impls"] == ["pytorch", "ours", "ours"]
+    [line] = [r.getMessage() for r in caplog.records if "layer " in r.getMessage()]
+    assert f"all ours (C++) {ours[0]:.4f} ms + host {ours[1]:.4f} ms -> " in line
+    assert line.endswith("all ours (C++)" if route == "ours_cpp" else "PyTorch's own")
+    # the step ran the route chosen (the layer's timing runs nothing here: the timer does not call it)
+    assert native_calls == ([(11, 12, 13)] if route == "ours_cpp" else []) and spy.calls == 2
+    x_ref = x.clone().requires_grad_()
+    w_ref = conv.weight.detach().clone().requires_grad_()
+    y_ref = F.conv2d(x_ref, w_ref, conv.bias.detach(), 1, 1, 1, 2)
+    y_ref.square().sum().backward()
+    assert _rel(y, y_ref) < 1e-6 and _rel(gx, x_ref.grad) < 1e-6 and _rel(gw, w_ref.grad) < 1e-6
+    runtime.cost = "device"  # no layer routes under the device cost: the split per-direction decisions
+    _train_step(conv, x)
+    assert spy.calls == 4 and len(native_calls) == (1 if route == "ours_cpp" else 0)
+
+
+def test_a_split_layer_the_cpp_path_cannot_run_whole_is_timed_two_ways(fastest, monkeypatch):
+    """A plan the C++ path refuses (here the forward's): no all-ours route to time."""
+    from tiledispatch.integrations.torch_dispatch import Timing
+    from tiledispatch.native.problem import Direction
+
+    runtime, _, spy = fastest()
+    runtime.timer = SequenceTimer(2.0, 1.0, 1.0, 2.0, 1.0, 2.0)
+    conv, x = _conv(), torch.randn(2, 4, 5, 5)
+    _train_step(conv, x)
+    monkeypatch.setattr(runtime, "_cpp_device", lambda x: 0)
+    monkeypatch.setattr(runtime, "_cpp_plan", lambda entry, device: None if entry.problem.direction
+                        == Direction.FORWARD else 7)
+    runtime.timer = SequenceTimer(Timing(0.30, 0.50), Timing(0.33, 0.44), Timing(0.01, 0.01))
+    _train_step(conv, x)
+    [layer] = runtime.layer_report()
+    assert runtime.timer.calls == 2 and layer["ours_ms"] is None and layer["route"] == "pytorch_own"
+
+
+def test_layer_routes_and_their_ties():
+    from tiledispatch.integrations.torch_dispatch import LayerDecision, Timing
+
+    mixed, native = Timing(0.5, 0.5), Timing(0.5, 0.4)
+    assert LayerDecision(mixed, native, 0.0).route_for("total") == "pytorch_own"
+    assert LayerDecision(mixed, native, 0.0, Timing(0.4, 0.5)).route_for("total") == "pytorch_own"  # tie: own
+    assert LayerDecision(mixed, native, 0.0, Timing(0.3, 0.39)).route_for("total") == "ours_cpp"
+    assert LayerDecision(mixed, Timing(0.6, 0.1), 0.0, Timing(0.5, 0.1)).route_for("total") == "ours_cpp"
+    assert LayerDecision(Timing(0.4, 0.9), Timing(0.6, 0.1), 0.0, Timing(0.4, 0.1)).route_for("total") == "ours_cpp"
+    assert LayerDecision(Timing(0.4, 0.1), Timing(0.6, 0.1), 0.0, Timing(0.4, 0.1)).route_for("total") == "ours_cpp"
+    assert LayerDecision(Timing(0.3, 0.1), Timing(0.6, 0.1), 0.0, Timing(0.4, 0.1)).route_for("total") == "as_decided"
+    # device cost: device times alone
+    assert LayerDecision(Timing(0.3, 9.0), Timing(0.6, 0.1), 0.0, Timing(0.4, 0.1)).route_for("device") == "as_decided"
+
+
 @pytest.mark.gpu
 def test_event_timer_separates_host_from_device_time():
     """A call that spends 0.1 ms in Python before a tiny kernel: the host time has it, the device

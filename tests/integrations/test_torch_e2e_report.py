@@ -40,6 +40,17 @@ def test_summarize_is_what_eager_mode_reported():
     assert out["speedup"] == pytest.approx(11.0 / 8.5) and out["speedup_fastest"] == pytest.approx(11.0 / 7.0)
 
 
+def test_paired_speedup_cancels_the_drift_between_rounds():
+    """The host slows down from round to round, and one of ours' rounds is disturbed: the medians'
+    ratio says the swapped run is slower, each round's pair says it is 10 % faster."""
+    cudnn, ours = [10.0, 20.0, 30.0, 40.0, 50.0], [10 / 1.1, 20 / 1.1, 90.0, 40 / 1.1, 50 / 1.1]
+    out = e2e.summarize({"cudnn": cudnn, "ours": ours, "fastest": cudnn})
+    assert out["speedup"] == pytest.approx(30 / (40 / 1.1)) and out["speedup"] < 1
+    assert out["ours"]["paired_speedup"] == pytest.approx(1.1) and out["fastest"]["paired_speedup"] == 1.0
+    assert "paired_speedup" not in out["cudnn"]
+    assert e2e.paired_speedup([], []) is None
+
+
 @pytest.mark.parametrize(("decisions", "expected"), [
     ([], {"to_ours": 0, "to_pytorch": 0}),
     ([("ours", 1.0, 2.0), ("pytorch", 3.0, 2.0)], {"to_ours": 0, "to_pytorch": 0}),  # device agrees
@@ -353,7 +364,41 @@ def test_dispatch_summary_counts_layers_run_by_pytorchs_own_convolution(runtime_
     assert all(summary["layers"][d] == {"ours": 0, "pytorch": 1, "undecided": 0} for d in e2e.DIRECTIONS)
     row = next(line for line in e2e._dispatch_table([{**_result(), "dispatch": summary}])
                if line.startswith("| mobilenet_v2"))
-    assert _cells(row)[-5:] == ["0 / 1", "0 / 1", "0 / 1", "1", "1"]
+    assert _cells(row)[-6:] == ["0 / 1", "0 / 1", "0 / 1", "1", "1", "0"]
+
+
+def test_dispatch_summary_counts_a_layer_on_the_all_ours_cpp_route_as_ours(runtime_factory, monkeypatch):
+    """The forward decided on cuDNN, backward-weight on ours; the layer's timing finds all ours on the
+    C++ path cheapest: its calls count as ours in every direction."""
+    import torch
+
+    from tests.integrations.test_torch_dispatch import OursSpy, SequenceTimer
+    from tiledispatch.integrations import torch_native
+    from tiledispatch.integrations.torch_dispatch import Timing
+
+    runtime = runtime_factory(cpu="interpret", dtypes=(torch.float32,), policy="fastest",
+                              timer=SequenceTimer(2.0, 1.0, 1.0, 2.0))  # fwd: cuDNN; bwd_weight: ours
+    monkeypatch.setattr(runtime, "_launch", OursSpy())
+    _, ours, x, labels = _cpu_case(torch)
+
+    def step():
+        ours.zero_grad()
+        torch.nn.functional.cross_entropy(ours(x), labels).backward()
+
+    step()
+    monkeypatch.setattr(runtime, "_cpp_device", lambda x: 0)
+    monkeypatch.setattr(runtime, "_cpp_plan", lambda entry, device: 5)
+    conv = next(m for m in ours.modules() if hasattr(m, "groups") and m.groups > 1)
+    monkeypatch.setattr(torch_native, "conv", lambda x, w, b, plans: torch.nn.functional.conv2d(
+        x, w, b, conv.stride, conv.padding, conv.dilation, conv.groups))
+    runtime.timer = SequenceTimer(Timing(0.3, 0.8), Timing(0.33, 0.44), Timing(0.2, 0.2))
+    step()
+    summary = e2e._dispatch_summary(ours, x)
+    assert summary["to_ours"] == 1 and summary["layers_ours_cpp"] == 1 and summary["layers_native"] == 0
+    assert all(summary["layers"][d]["ours"] == 1 for d in ("fwd", "bwd_weight"))
+    row = next(line for line in e2e._dispatch_table([{**_result(), "dispatch": summary}])
+               if line.startswith("| mobilenet_v2"))
+    assert _cells(row)[-3:] == ["1", "0", "1"]
 
 
 def test_spread_table_shows_round_extremes_minima_speedups_and_paired_wins():
@@ -363,5 +408,7 @@ def test_spread_table_shows_round_extremes_minima_speedups_and_paired_wins():
                                                    "ours": {"rounds_ms": [9.0, 15.0, 11.0]},
                                                    "fastest": {"rounds_ms": [11.0, 13.0, 12.5]}}}
     lines = spread_table([result])
-    assert lines[-1] == "| m | 32 | 10.00 – 14.00 | 9.00 – 15.00 | 11.00 – 13.00 | 1.11 | 0.91 | 2 of 3 | 1 of 3 |"
+    # paired: ours 10/9, 14/15, 12/11 -> median 1.09; fastest 10/11, 14/13, 12/12.5 -> median 0.96
+    assert lines[-1] == ("| m | 32 | 10.00 – 14.00 | 9.00 – 15.00 | 11.00 – 13.00 | 1.11 | 0.91 | 1.09 | 0.96 | "
+                         "2 of 3 | 1 of 3 |")
     assert spread_table([{"model": "m", "batch": 1, "train": {"cudnn": {"median_ms": 1.0}}}]) == []

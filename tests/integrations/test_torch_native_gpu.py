@@ -8,6 +8,8 @@
   result is allocated where a NaN-filled block of its size was just freed;
 * a swapped layer's steady-state training calls go through C++ (the runtime's Python path is not
   called) and give bitwise the Python path's output and gradients, bias included;
+* under ``fastest``, a layer whose decisions split it and whose timing chose all ours on the C++ path
+  runs every direction there, bitwise as policy ``ours`` runs it;
 * operand errors are ValueErrors naming the operand and the rule (as the Python path's LaunchError);
   a gradient the node was not planned for, and double backward, are refused.
 
@@ -214,6 +216,58 @@ def test_steady_state_calls_run_in_cpp_like_the_python_path(registry, native, ru
     xs = x.detach().requires_grad_(True)
     with pytest.raises(RuntimeError, match="double backward"):
         torch.autograd.grad(model(xs).float().square().sum(), xs, create_graph=True)[0].sum().backward()
+
+
+def test_a_split_layer_on_the_all_ours_route_runs_in_cpp_like_policy_ours(registry, native, runtime_factory,
+                                                                          monkeypatch):
+    """Under ``fastest``, every forward decided on PyTorch's and every backward direction on ours (a
+    scripted timer that still runs each timed call); the layers' timing then finds all ours on the C++
+    path cheapest: the steady-state step runs every direction of both layers through C++ (the
+    runtime's Python path is not called) and gives bitwise what policy ``ours`` gives."""
+    import copy
+
+    from tiledispatch.integrations.torch import swap_convs
+    from tiledispatch.integrations.torch_dispatch import Timing
+
+    class Scripted:
+        def __init__(self, *times):
+            self.times, self.calls = times, 0
+
+        def __call__(self, run, device):
+            run()
+            self.calls += 1
+            return self.times[self.calls - 1]
+
+    torch.manual_seed(0)
+    cl = torch.channels_last
+    base = _layer_net().cuda().to(torch.bfloat16, memory_format=cl)
+    x = torch.randn(4, 24, 20, 20, device="cuda").to(torch.bfloat16).contiguous(memory_format=cl)
+    grad = torch.randn(4, 48, 10, 10, device="cuda").to(torch.bfloat16).contiguous(memory_format=cl)
+    registry_dir = os.environ["TILEDISPATCH_REGISTRY_DIR"]
+    runtime_factory(policy="ours", registry_dir=registry_dir)
+    want = _train_step(swap_convs(copy.deepcopy(base)), x, grad)
+
+    decisions = (2.0, 1.0) * 2 + (1.0, 2.0) * 4  # two forwards to PyTorch's, then four backward directions to ours
+    layers = (Timing(0.3, 0.8), Timing(0.33, 0.44), Timing(0.2, 0.2)) * 2  # as decided, PyTorch's own, all ours
+    runtime = runtime_factory(policy="fastest", registry_dir=registry_dir, timer=Scripted(*decisions, *layers))
+    model = swap_convs(copy.deepcopy(base))
+    for _ in range(3):
+        _train_step(model, x, grad)  # decisions; the layers' timing; the new generation re-resolved
+    assert [r["impl"] for r in runtime.dispatch_report()].count("pytorch") == 2
+    assert [r["route"] for r in runtime.layer_report()] == ["ours_cpp", "ours_cpp"]
+    calls = {"runtime": 0}
+    run = runtime.run
+
+    def counting(*args):
+        calls["runtime"] += 1
+        return run(*args)
+
+    monkeypatch.setattr(runtime, "run", counting)
+    got = _train_step(model, x, grad)
+    torch.cuda.synchronize()
+    assert calls["runtime"] == 0, "a steady-state call went through the Python path"
+    for index, (a, b) in enumerate(zip(want, got)):
+        assert torch.equal(a, b), index
 
 
 def test_operand_errors_name_the_operand(registry, native):

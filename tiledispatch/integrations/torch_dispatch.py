@@ -43,7 +43,13 @@ host work under ``ours`` than under cuDNN for 18 swapped layers, while its devic
 them is ours, the runtime times the whole layer both ways on the call's tensors (forward, and the
 backward of the gradients that flow, by the runtime's timer: ours-as-decided first, then PyTorch's
 own), once per layer shape, and runs PyTorch's own convolution for the layer when that is not slower
-(:class:`LayerDecision`; one INFO line each; :meth:`~.torch_runtime.Runtime.layer_report`). A layer
+(:class:`LayerDecision`; one INFO line each; :meth:`~.torch_runtime.Runtime.layer_report`). Where the
+decisions split a layer between both (or ours cannot take the C++ launch path as decided), a third
+route is timed when the C++ path can run every needed direction on our kernels: the whole layer on
+ours through :mod:`.torch_native`, one C++ autograd node. Its host cost per layer is below PyTorch's
+own (an H200 host, session 20: 98 against 143 µs for a depthwise layer's forward and backward), so a
+direction whose kernel is a little slower on the device than cuDNN's can still be cheaper there as
+part of an all-ours layer than the split layer is; the cheapest of the three routes runs it. A layer
 costs the larger of its device and host times per call, not their sum: its host work and its kernels
 overlap in the stream, and what the step waits for is the slower of the two (host-bound small
 batches: the host time; device-bound large ones: the device time). Measured on the H200 (session
@@ -95,6 +101,9 @@ POLICY_ENV = "TILEDISPATCH_TORCH_POLICY"
 TOTAL, DEVICE = "total", "device"
 COSTS = (TOTAL, DEVICE)
 COST_ENV = "TILEDISPATCH_TORCH_COST"
+#: A timed layer's routes (:class:`LayerDecision`): PyTorch's own convolution, every direction on ours
+#: through the C++ launch path, or each direction as decided.
+NATIVE, OURS_LAYER, AS_DECIDED = "pytorch_own", "ours_cpp", "as_decided"
 
 
 
@@ -262,20 +271,30 @@ def decide(timer: Timer, run_ours: Callable[[], Any], run_pytorch: Callable[[], 
 
 @dataclass(frozen=True)
 class LayerDecision:
-    """A layer timed both ways under ``fastest`` (see *Layers* in the module docstring): ``mixed``, its
-    directions as decided through the runtime's autograd Function; ``native``, PyTorch's own
-    convolution and autograd for every direction. Times per call (forward and the needed backward)."""
+    """A layer timed under ``fastest`` (see *Layers* in the module docstring): ``mixed``, its
+    directions as decided; ``native``, PyTorch's own convolution and autograd for every direction;
+    ``ours``, every direction on our kernels through the C++ launch path (:mod:`.torch_native`), timed
+    only where the decisions split the layer (or leave it on the Python path) and that path can run all
+    of it, else None. Times per call (forward and the needed backward)."""
 
     mixed: Timing
     native: Timing
     seconds: float
+    ours: Timing | None = None
+
+    def route_for(self, cost: str) -> str:
+        """The cheapest route when ``cost`` is compared: :data:`NATIVE`, :data:`OURS_LAYER` or
+        :data:`AS_DECIDED`, preferred in that order on a tie (the shorter path first)."""
+        def measure(timing: Timing) -> float:
+            return timing.device_ms if cost == DEVICE else layer_cost_ms(timing)
+
+        routes = [(NATIVE, self.native)] + ([(OURS_LAYER, self.ours)] if self.ours is not None else [])
+        routes.append((AS_DECIDED, self.mixed))
+        return min(routes, key=lambda route: measure(route[1]))[0]  # min keeps the first of equals
 
     def native_for(self, cost: str) -> bool:
-        """Whether PyTorch's own layer serves it when ``cost`` is compared (PyTorch's on a tie: the
-        shorter path)."""
-        if cost == DEVICE:
-            return self.native.device_ms <= self.mixed.device_ms
-        return layer_cost_ms(self.native) <= layer_cost_ms(self.mixed)
+        """Whether PyTorch's own layer serves it when ``cost`` is compared."""
+        return self.route_for(cost) == NATIVE
 
 
 def layer_cost_ms(timing: Timing) -> float:
@@ -285,14 +304,16 @@ def layer_cost_ms(timing: Timing) -> float:
 
 
 def decide_layer(timer: Timer, run_mixed: Callable[[], Any], run_native: Callable[[], Any],
-                 device: torch.device) -> LayerDecision:
-    """Time a layer both ways with ``timer`` (mixed first; an :class:`EventTimer` with its layer hold)."""
+                 device: torch.device, run_ours: Callable[[], Any] | None = None) -> LayerDecision:
+    """Time a layer's routes with ``timer`` (as decided first, then PyTorch's own, then all ours when
+    ``run_ours`` is given; an :class:`EventTimer` with its layer hold)."""
     if isinstance(timer, EventTimer):
         timer = timer.for_layers()
     start = time.perf_counter()
     mixed = as_timing(timer(run_mixed, device))
     native = as_timing(timer(run_native, device))
-    return LayerDecision(mixed, native, time.perf_counter() - start)
+    ours = as_timing(timer(run_ours, device)) if run_ours is not None else None
+    return LayerDecision(mixed, native, time.perf_counter() - start, ours)
 
 
 def log_decision(problem_key: str, kernel: str, decision: Decision) -> None:
@@ -304,6 +325,9 @@ def log_decision(problem_key: str, kernel: str, decision: Decision) -> None:
 
 def log_layer_decision(layer_key: str, decision: LayerDecision, cost: str) -> None:
     """The one INFO line of a layer decision."""
-    log.info("tiledispatch: layer %s: as decided %.4f ms + host %.4f ms, PyTorch's own %.4f ms + host %.4f ms -> %s",
+    ours = (f", all ours (C++) {decision.ours.device_ms:.4f} ms + host {decision.ours.host_ms:.4f} ms"
+            if decision.ours is not None else "")
+    route = {NATIVE: "PyTorch's own", OURS_LAYER: "all ours (C++)", AS_DECIDED: "as decided"}[decision.route_for(cost)]
+    log.info("tiledispatch: layer %s: as decided %.4f ms + host %.4f ms, PyTorch's own %.4f ms + host %.4f ms%s -> %s",
              layer_key, decision.mixed.device_ms, decision.mixed.host_ms, decision.native.device_ms,
-             decision.native.host_ms, "PyTorch's own" if decision.native_for(cost) else "as decided")
+             decision.native.host_ms, ours, route)

@@ -392,36 +392,68 @@ class Runtime:
                     grad_w: bool) -> tuple[int, int, int] | None:
         """The C++ launch path's plan ids ``(forward, backward-data, backward-weight)`` (-1 for a
         gradient that does not flow) for an eager call on these tensors, when every direction it
-        needs is already routed to our kernel on registry binaries and each plan can run there
+        needs is routed to our kernel on registry binaries (under ``fastest``: decided on ours, or the
+        layer's timing chose all ours on the C++ path) and each plan can run there
         (:mod:`.torch_native`); else None (the Python path serves it, deciding what is undecided).
         Derived from the current entries: a caller keeps the answer for one generation of them."""
+        device = self._cpp_device(x)
+        if device is None:
+            return None
+        policy = dispatch.resolve(self._policy, x.device)
+        if policy == dispatch.PYTORCH:
+            return None
+        entries = self._layer_entries(x, weight, groups, stride, pad_begin, pad_end, dilation, grad_x, grad_w)
+        if entries is None:
+            return None
+        if policy == dispatch.FASTEST:
+            impls = tuple(e.decision.impl if e.decision is not None else None for e in entries if e is not None)
+            if any(impl != dispatch.OURS for impl in impls):
+                key = (x.shape, weight.shape, x.dtype, x.device.type, groups, stride, pad_begin, pad_end, dilation,
+                       grad_x, grad_w)
+                layer = self._layers.get((key, impls))
+                if (None in impls or self._cost != dispatch.TOTAL or layer is None
+                        or layer.route_for(self._cost) != dispatch.OURS_LAYER):
+                    return None
+        return self._plan_ids(entries, device)
+
+    @staticmethod
+    def _cpp_device(x: torch.Tensor) -> int | None:
+        """The CUDA device index on which the C++ launch path can serve a call on ``x``: its own, when
+        the extension is built and that device is the current one; else None."""
         if not x.is_cuda:
             return None
         from . import torch_native
 
         if torch_native.extension() is None:
             return None
-        policy = dispatch.resolve(self._policy, x.device)
-        if policy == dispatch.PYTORCH:
-            return None
-        shapes = (tuple(x.shape), tuple(weight.shape), groups, stride, pad_begin, pad_end, dilation, "cuda")
         device = x.get_device()
         if device != torch.cuda.current_device():
             # A registry's binaries are loaded on the device current at their first use; calls on
             # another device keep the Python path, which switches devices per call.
             return None
-        ids = []
+        return device
+
+    def _layer_entries(self, x: torch.Tensor, weight: torch.Tensor, groups: int, stride: tuple[int, ...],
+                       pad_begin: tuple[int, ...], pad_end: tuple[int, ...], dilation: tuple[int, ...], grad_x: bool,
+                       grad_w: bool) -> list[Entry | None] | None:
+        """The entries of a call's forward, backward-data and backward-weight (None for a gradient that
+        does not flow); None when a needed one has not been selected yet."""
+        shapes = (tuple(x.shape), tuple(weight.shape), groups, stride, pad_begin, pad_end, dilation, x.device.type)
+        entries: list[Entry | None] = []
         for direction, flows in ((Direction.FORWARD, True), (Direction.BACKWARD_DATA, grad_x),
                                  (Direction.BACKWARD_WEIGHT, grad_w)):
-            if not flows:
-                ids.append(-1)
-                continue
-            entry = self._entries.get((direction, x.dtype, *shapes))
-            if entry is None:
+            entry = self._entries.get((direction, x.dtype, *shapes)) if flows else None
+            if flows and entry is None:
                 return None
-            if policy == dispatch.FASTEST and (entry.decision is None or entry.decision.impl == dispatch.PYTORCH):
-                return None
-            found = self._cpp_plan(entry, device)
+            entries.append(entry)
+        return entries
+
+    def _plan_ids(self, entries: list[Entry | None], device: int) -> tuple[int, int, int] | None:
+        """The C++ plan ids of :meth:`_layer_entries`' entries on ``device`` (-1 where no gradient
+        flows); None when one of them cannot run on the C++ path."""
+        ids = []
+        for entry in entries:
+            found = -1 if entry is None else self._cpp_plan(entry, device)
             if found is None:
                 return None
             ids.append(found)
@@ -504,14 +536,22 @@ class Runtime:
 
         # Ours as a TileConv will run it: the C++ launch path where it serves every needed direction.
         plans = self.native_conv(x, weight, groups, stride, pad_begin, pad_end, dilation, *grads)
+        # Else, every direction on ours through the C++ path, where that can run the whole layer.
+        ours_plans = None
+        device = self._cpp_device(x) if plans is None else None
+        if device is not None:
+            entries = self._layer_entries(x, weight, groups, stride, pad_begin, pad_end, dilation, *grads)
+            ours_plans = self._plan_ids(entries, device) if entries is not None else None
 
-        def layer(native: bool):
+        def layer(route: str):
             def run():
                 xs = x.detach().requires_grad_(grads[0])
                 ws = weight.detach().requires_grad_(grads[1])
                 with torch.enable_grad():
-                    if native:
+                    if route == dispatch.NATIVE:
                         y = pytorch_forward(xs, ws, groups, stride, pad_begin, pad_end, dilation)
+                    elif route == dispatch.OURS_LAYER:
+                        y = torch_native.conv(xs, ws, None, ours_plans)
                     elif plans is not None:
                         y = torch_native.conv(xs, ws, None, plans)
                     else:
@@ -521,7 +561,8 @@ class Runtime:
                         torch.autograd.grad(y, inputs, grad_out)
             return run
 
-        decision = dispatch.decide_layer(self.timer, layer(False), layer(True), x.device)
+        decision = dispatch.decide_layer(self.timer, layer(dispatch.AS_DECIDED), layer(dispatch.NATIVE), x.device,
+                                         layer(dispatch.OURS_LAYER) if ours_plans is not None else None)
         self._layers[(key, impls)] = decision
         self._layer_paths[(key, impls)] = "cpp" if plans is not None else "python"
         problem = self.problem(Direction.FORWARD, x.dtype, tuple(x.shape), tuple(weight.shape), groups, stride,
@@ -532,9 +573,11 @@ class Runtime:
     def layer_report(self) -> list[dict[str, Any]]:
         """One dict per layer timed both ways under ``fastest``: its forward problem key, which gradients
         flow, the decided implementation of each needed direction (fwd, then bwd_data and bwd_weight
-        where they flow), both routes' device and host ms per call, whether PyTorch's own layer
-        serves it under the current ``cost``, and the launch path ours was timed on (``ours_path``:
-        ``cpp``, :mod:`.torch_native`, or ``python``)."""
+        where they flow), each timed route's device and host ms per call (as decided: ``mixed_*``;
+        PyTorch's own: ``native_*``; all ours on the C++ path: ``ours_*``, None where not timed), the
+        route that serves it under the current ``cost`` (``route``: ``pytorch_own``, ``ours_cpp`` or
+        ``as_decided``; ``native``: whether it is PyTorch's own), and the launch path the as-decided
+        route was timed on (``ours_path``: ``cpp``, :mod:`.torch_native`, or ``python``)."""
         out = []
         for (key, impls), layer in self._layers.items():
             x_shape, w_shape, dtype, _, groups, stride, pad_begin, pad_end, dilation, grad_x, grad_w = key
@@ -543,8 +586,10 @@ class Runtime:
             out.append({"problem": problem.key, "grad_x": grad_x, "grad_w": grad_w, "impls": list(impls),
                         "mixed_ms": layer.mixed.device_ms, "mixed_host_ms": layer.mixed.host_ms,
                         "native_ms": layer.native.device_ms, "native_host_ms": layer.native.host_ms,
-                        "native": layer.native_for(self._cost), "decision_s": layer.seconds,
-                        "ours_path": self._layer_paths.get((key, impls), "python")})
+                        "ours_ms": layer.ours.device_ms if layer.ours is not None else None,
+                        "ours_host_ms": layer.ours.host_ms if layer.ours is not None else None,
+                        "route": layer.route_for(self._cost), "native": layer.native_for(self._cost),
+                        "decision_s": layer.seconds, "ours_path": self._layer_paths.get((key, impls), "python")})
         return out
 
     def entries(self) -> list[Entry]:
