@@ -636,6 +636,29 @@ def test_canonical_channels_last_copies_only_when_needed():
     assert canonical_channels_last(tight) is tight
 
 
+@pytest.mark.parametrize(("pad_begin", "pad_end"), [((1, 1), (1, 1)), ((0, 1), (1, 2))],
+                         ids=["symmetric", "asymmetric"])
+def test_pytorchs_backward_directions_get_a_channels_last_shell_and_match_autograd(pad_begin, pad_end):
+    """The operand convolution_backward reads only the shape of is allocated channels-last (a stride-0
+    shell made cuDNN pick its NCHW kernels for depthwise layers); the gradients are autograd's."""
+    from tiledispatch.integrations.torch_reference import _shell, backward_data, backward_weight, forward
+
+    cl = torch.channels_last
+    dy_like = torch.randn(2, 8, 5, 5, dtype=torch.float64)
+    shell = _shell(dy_like, (2, 8, 7, 7))
+    assert shell.is_contiguous(memory_format=cl) and not shell.is_contiguous() and shell.dtype == torch.float64
+    assert _shell(dy_like, (2, 8, 3, 7, 7)).is_contiguous(memory_format=torch.channels_last_3d)
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 7, 6, dtype=torch.float64).contiguous(memory_format=cl).requires_grad_()
+    w = torch.randn(8, 1, 3, 3, dtype=torch.float64).contiguous(memory_format=cl).requires_grad_()
+    y = forward(x, w, 8, (2, 1), pad_begin, pad_end, (1, 1))
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    dx = backward_data(dy, w.detach(), tuple(x.shape), 8, (2, 1), pad_begin, pad_end, (1, 1))
+    dw = backward_weight(x.detach(), dy, tuple(w.shape), 8, (2, 1), pad_begin, pad_end, (1, 1))
+    assert torch.allclose(dx, x.grad) and torch.allclose(dw, w.grad)
+
+
 def test_torch_compile_sees_the_same_ops_under_fastest(fastest):
     from tiledispatch.integrations.torch import swap_convs
 
