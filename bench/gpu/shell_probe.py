@@ -58,6 +58,30 @@ def _time_ms(call, repeats: int) -> float:
     return statistics.median(times)
 
 
+def _calls(batch: int, channels: int, groups: int, size: int, filt: int, stride: int) -> dict:
+    """(direction, shell) -> a call of one layer's backward as described in the module docstring."""
+    cl = torch.channels_last
+    pad = filt // 2
+    x = torch.randn(batch, channels, size, size, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=cl)
+    w = torch.randn(channels, channels // groups, filt, filt, device="cuda", dtype=torch.bfloat16)
+    w = w.contiguous(memory_format=cl)
+    y = torch.nn.functional.conv2d(x, w, None, stride, pad, 1, groups)
+    dy = torch.randn_like(y).contiguous(memory_format=cl)
+    common = ([stride] * 2, [pad] * 2, [1, 1], False, [0, 0], groups)
+    expand_x = dy.new_empty(1).expand(*x.shape)
+    expand_w = dy.new_empty(1).expand(*w.shape)
+    conv_backward = torch.ops.aten.convolution_backward
+    return {
+        ("bwd_data", "expand"): lambda: conv_backward(dy, expand_x, w, None, *common, [True, False, False]),
+        ("bwd_data", "channels_last"): lambda: torch_reference.backward_data(
+            dy, w, tuple(x.shape), groups, (stride, stride), (pad, pad), (pad, pad), (1, 1)),
+        ("bwd_weight", "expand"): lambda: conv_backward(dy, x, expand_w, None, *common, [False, True, False]),
+        ("bwd_weight", "channels_last"): lambda: torch_reference.backward_weight(
+            x, dy, tuple(w.shape), groups, (stride, stride), (pad, pad), (pad, pad), (1, 1)),
+        ("both", "model"): lambda: conv_backward(dy, x, w, None, *common, [True, True, False]),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -65,28 +89,9 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.backends.cudnn.benchmark = True
-    cl = torch.channels_last
     rows = []
     for name, batch, channels, groups, size, filt, stride in LAYERS:
-        pad = filt // 2
-        x = torch.randn(batch, channels, size, size, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=cl)
-        w = torch.randn(channels, channels // groups, filt, filt, device="cuda", dtype=torch.bfloat16)
-        w = w.contiguous(memory_format=cl)
-        y = torch.nn.functional.conv2d(x, w, None, stride, pad, 1, groups)
-        dy = torch.randn_like(y).contiguous(memory_format=cl)
-        common = ([stride] * 2, [pad] * 2, [1, 1], False, [0, 0], groups)
-        expand_x = dy.new_empty(1).expand(*x.shape)
-        expand_w = dy.new_empty(1).expand(*w.shape)
-        conv_backward = torch.ops.aten.convolution_backward
-        calls = {
-            ("bwd_data", "expand"): lambda: conv_backward(dy, expand_x, w, None, *common, [True, False, False]),
-            ("bwd_data", "channels_last"): lambda: torch_reference.backward_data(
-                dy, w, tuple(x.shape), groups, (stride, stride), (pad, pad), (pad, pad), (1, 1)),
-            ("bwd_weight", "expand"): lambda: conv_backward(dy, x, expand_w, None, *common, [False, True, False]),
-            ("bwd_weight", "channels_last"): lambda: torch_reference.backward_weight(
-                x, dy, tuple(w.shape), groups, (stride, stride), (pad, pad), (pad, pad), (1, 1)),
-            ("both", "model"): lambda: conv_backward(dy, x, w, None, *common, [True, True, False]),
-        }
+        calls = _calls(batch, channels, groups, size, filt, stride)
         for (direction, shell), call in calls.items():
             ms = _time_ms(call, args.repeats)
             rows.append({"layer": name, "batch": batch, "channels": channels, "groups": groups, "size": size,
