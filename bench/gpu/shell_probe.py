@@ -9,8 +9,10 @@ was a stride-0 ``expand`` of one element; now it is an uninitialised channels-la
 depthwise weight (``C/G == 1``) has the same strides in both formats, so the layout of that operand decides.
 Per layer and direction (CUDA events, median of ``--repeats`` calls after warm-up, ``cudnn.benchmark``):
 
-* ``expand``: the old shell;
-* ``channels_last``: the shell as it is now (``torch_reference.reference``);
+* ``expand``: ``convolution_backward`` with the old shell (the call alone: the copy to canonical
+  channels-last strides ``reference`` adds where cuDNN's result lacks them is not in it);
+* ``channels_last``: ``torch_reference.backward_data``/``backward_weight`` as they are now (that copy
+  included where it happens);
 * ``model``: ``convolution_backward`` as a model's backward calls it (the real channels-last input and
   weight, both gradients in one call; for backward-weight the same call, so its time covers both).
 

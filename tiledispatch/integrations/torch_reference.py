@@ -65,12 +65,13 @@ def backward_weight(x: torch.Tensor, dy: torch.Tensor, w_shape: tuple[int, ...],
 
 def _shell(like: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
     """The operand ``convolution_backward`` reads only the shape of (the input for backward-data, the
-    weight for backward-weight), uninitialised, in channels-last memory. Its memory format matters:
-    PyTorch runs cuDNN in channels-last only when the input or the weight suggests it, and a
-    depthwise weight (``C/G == 1``) has the same strides in both formats (suggests contiguous), so
-    with a stride-0 shell (``expand``) cuDNN ran its NCHW kernels, with layout copies around them,
-    where a model's own backward (channels-last input) runs its NHWC ones (H200, session 21: a
-    MobileNetV2 depthwise backward-data timed 0.85 ms that way against 0.13 ms for ours)."""
+    weight for backward-weight), uninitialised, in channels-last memory as a model's own operands are.
+    PyTorch derives cuDNN's memory format from the operands' layouts, and a stride-0 shell (``expand``
+    of one element, used until session 21) sent backward-data to a far slower path than a model's own
+    backward takes (``bench/gpu/shell_probe.py``, H200, bf16, batch 128: MobileNetV2's 112×112
+    depthwise layer 1.06 ms that way against 0.20 ms with this shell, its 56×56 one 1.40 against 0.24,
+    ResNeXt-50's 56×56 grouped layer 0.85 against 0.28), so ``fastest`` compared ours with a cuDNN
+    slower than the one a model runs, and layers it split ran that slow path."""
     fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
     return torch.empty(shape, dtype=like.dtype, device=like.device, memory_format=fmt)
 
