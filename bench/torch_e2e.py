@@ -21,7 +21,10 @@ weights (nothing downloaded; models in ``tests/integrations/models.py``):
   swapped model, the runtime's policy switched before each run's steps, decisions kept across
   switches; one untimed step after each switch, which re-derives the routes and resolved calls a
   switch drops, as a training loop that keeps one policy never does); the median round is reported
-  (and the min); warm-up steps first;
+  (and the min), and beside cuDNN's median over the swapped run's the *paired* speedup: the median
+  over rounds of cuDNN's round over the swapped run's round of the same alternation (the host's speed
+  drifts between rounds by tens of percent on the GPU machines, and each pair's ratio cancels most of
+  that; many short rounds, e.g. ``--rounds 45 --steps 2``, pair more closely); warm-up steps first;
 * selection: the first swapped training step after clearing the runtime's caches (policy ``fastest``)
   selects a kernel for every (direction, shape) (remote ``Select`` or the local ranking), without a
   registry JIT-compiles kernels, and times ours against cuDNN for each; its wall time, the selection
