@@ -11,7 +11,7 @@
 #   torch:    builds the C++ launch path's extension, then the PyTorch integration's and the service's GPU tests (the
 #             service needs grpcio >= 1.85.1 and its companions: wheels in .whl), the host cost per call
 #             (bench/torch_call_cost.py, two layers), the e2e benchmark eager + CUDA graphs (TESTS=0: no tests; SERVICE=0:
-#             not the service's; CALL_COST=0: no call cost; E2E=0: no e2e; ROUNDS, STEPS: its eager rounds and steps per round).
+#             not the service's; CALL_COST=0: no call cost; E2E=0: no e2e; ROUNDS, STEPS: its rounds and steps per round, default 45 x 2: see torch_e2e.py).
 #   tests:    every kernel GPU test (TESTS_K: a pytest -k expression).
 #   probe:    bench/gpu/walk_probe.py (PROBE_DIRECTIONS, default bwd_weight) into $WORK/walk_probe.
 #   refresh:  for each direction of DIRS (default 'bwd_weight fwd bwd_data'), the training and validation problems of
@@ -114,7 +114,7 @@ case ${1:?synth, complete, torch, refresh, probe, configs, l1, dwrow, dwrun, dwr
       TILEDISPATCH_REGISTRY_DIR="$REG" python3 bench/torch_call_cost.py --channels 128 --groups 32 --filter 3 --size 14 --out-dir "$WORK/call_cost_grouped" > "$WORK/logs/call_cost_grouped.txt" 2>&1
       grep -E "median" "$WORK/logs/call_cost.txt" "$WORK/logs/call_cost_grouped.txt"
     fi
-    [ "${E2E:-1}" = 0 ] || TILEDISPATCH_REGISTRY_DIR="$REG" timeout "$(left)" python3 bench/torch_e2e.py --cuda-graph ${E2E_ARGS:-} --models ${MODELS:-mobilenet_v2,convnext_tiny,resnext50_32x4d} --batches ${BATCHES:-32,128} --steps ${STEPS:-10} --rounds ${ROUNDS:-5} --warmup ${WARMUP:-3} --out-dir "$WORK/torch_e2e" > "$WORK/logs/torch_e2e.txt" 2>&1; echo "e2e rc $?"; grep -E "batch|speedup|CUDA graphs" "$WORK/logs/torch_e2e.txt" | tail -20
+    [ "${E2E:-1}" = 0 ] || TILEDISPATCH_REGISTRY_DIR="$REG" timeout "$(left)" python3 bench/torch_e2e.py --cuda-graph ${E2E_ARGS:-} --models ${MODELS:-mobilenet_v2,convnext_tiny,resnext50_32x4d} --batches ${BATCHES:-32,128} --steps ${STEPS:-2} --rounds ${ROUNDS:-45} --warmup ${WARMUP:-3} --out-dir "$WORK/torch_e2e" > "$WORK/logs/torch_e2e.txt" 2>&1; echo "e2e rc $?"; grep -E "batch|speedup|CUDA graphs" "$WORK/logs/torch_e2e.txt" | tail -20
     ;;
   dev)
     timeout "$(left)" td bench --problems "$TILEDISPATCH_SHARED_DIR/bench/dev_suite.json" ${DEV_ARGS:-} --cache-dir "$REG" \
