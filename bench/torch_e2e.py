@@ -190,6 +190,12 @@ def paired_speedup(cudnn_rounds: list[float], rounds: list[float]) -> float | No
     return statistics.median(ratios) if ratios else None
 
 
+def _paired(result: dict, label: str) -> float | None:
+    """A case's paired training speedup of ``label`` (from its rounds: reports written before the
+    summary kept it render too)."""
+    return paired_speedup(result["train"]["cudnn"]["rounds_ms"], result["train"][label]["rounds_ms"])
+
+
 def speedup(summary: dict, label: str) -> float | None:
     """cuDNN's median step time over ``label``'s (> 1: the swapped model is faster); None when
     either was not measured."""
@@ -576,8 +582,7 @@ def _markdown(report: dict) -> str:
     grouped = [r for r in results if r["mostly_grouped"]]
     if grouped:
         met = {p: sum(r["train"][_speedup_key(p)] > 1 for r in grouped) for p in POLICIES}
-        paired = {p: sum((paired_speedup(r["train"]["cudnn"]["rounds_ms"], r["train"][p]["rounds_ms"]) or 0) > 1
-                         for r in grouped) for p in POLICIES}
+        paired = {p: sum((_paired(r, p) or 0) > 1 for r in grouped) for p in POLICIES}
         lines += ["", "Target (training step faster than cuDNN on every mostly-grouped/depthwise model and batch): "
                   + ", ".join(f"{p}: {met[p]} of {len(grouped)} met" for p in POLICIES)
                   + "; by the paired speedup (median of the rounds' ratios): "
@@ -610,7 +615,7 @@ def spread_table(results: list[dict]) -> list[str]:
         rounds = {k: r["train"][k]["rounds_ms"] for k in ("cudnn", "ours", "fastest")}
         cells = [f"{min(v):.2f} – {max(v):.2f}" for v in rounds.values()]
         cells += [f"{min(rounds['cudnn']) / min(rounds[k]):.2f}" for k in ("ours", "fastest")]
-        cells += [_ms(paired_speedup(rounds["cudnn"], rounds[k])) for k in ("ours", "fastest")]
+        cells += [_ms(_paired(r, k)) for k in ("ours", "fastest")]
         cells += [f"{sum(c > o for c, o in zip(rounds['cudnn'], rounds[k]))} of {len(rounds[k])}"
                   for k in ("ours", "fastest")]
         lines.append(f"| {r['model']} | {r['batch']} | " + " | ".join(cells) + " |")

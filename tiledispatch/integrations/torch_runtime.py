@@ -408,8 +408,7 @@ class Runtime:
         if policy == dispatch.FASTEST:
             impls = tuple(e.decision.impl if e.decision is not None else None for e in entries if e is not None)
             if any(impl != dispatch.OURS for impl in impls):
-                key = (x.shape, weight.shape, x.dtype, x.device.type, groups, stride, pad_begin, pad_end, dilation,
-                       grad_x, grad_w)
+                key = _layer_key(x, weight, groups, stride, pad_begin, pad_end, dilation, grad_x, grad_w)
                 layer = self._layers.get((key, impls))
                 if (None in impls or self._cost != dispatch.TOTAL or layer is None
                         or layer.route_for(self._cost) != dispatch.OURS_LAYER):
@@ -468,8 +467,8 @@ class Runtime:
 
         Answers are kept per call key until the entries or a setting change (one dict lookup)."""
         grad = torch.is_grad_enabled()
-        key = (x.shape, weight.shape, x.dtype, x.device.type, groups, stride, pad_begin, pad_end, dilation,
-               grad and x.requires_grad, grad and weight.requires_grad)
+        key = _layer_key(x, weight, groups, stride, pad_begin, pad_end, dilation, grad and x.requires_grad,
+                         grad and weight.requires_grad)
         found = self._serves.get(key)
         if found is not None:
             return found
@@ -749,6 +748,12 @@ class Runtime:
         self._entries[key] = replace(entry, decision=decision)
         dispatch.log_decision(entry.problem.key, entry.config.name, decision)
         return decision
+
+
+def _layer_key(x: torch.Tensor, weight: torch.Tensor, groups: int, stride: tuple[int, ...], pad_begin: tuple[int, ...],
+               pad_end: tuple[int, ...], dilation: tuple[int, ...], grad_x: bool, grad_w: bool) -> tuple:
+    """A call's key in ``pytorch_serves``' answers and the layer decisions (``layer_report`` unpacks it)."""
+    return x.shape, weight.shape, x.dtype, x.device.type, groups, stride, pad_begin, pad_end, dilation, grad_x, grad_w
 
 
 _RUNTIME: Runtime | None = None
