@@ -4,8 +4,9 @@ A kernel name names a config; its code can change under the same name (a new wal
 and a time measured before the change does not describe the binary after it. A build id hashes, for each
 program of the kernel, the Triton source key of its jit function (its source and, recursively, the jit
 functions it calls and the constexpr globals it reads), the Triton version, the target, the signature,
-every compile-time constant, warps and stages — with Triton's line numbers left out (Triton keys a
-function by its starting line too, so any edit above it in its file would change every id below it).
+every compile-time constant, the integer divisibility promises (where a program makes any), warps and stages —
+with Triton's line numbers left out (Triton keys a function by its starting line too, so any edit above it in its
+file would change every id below it).
 
 Computed in a fresh interpreter (``python -c``), which zeroes the line numbers of every jit function it
 imported before Triton computes a key (the registry's own compile cache keeps Triton's line-sensitive keys);
@@ -50,6 +51,9 @@ for name, programs in programs_of.items():
                    "program": program_name, "signature": signature,
                    "constants": {k: repr(v) for k, v in sorted({**program.constexprs, **fixed}.items())},
                    "num_warps": program.num_warps, "num_stages": program.num_stages}
+        divisible = getattr(program, "divisible", {}) or {}
+        if divisible:  # (absent otherwise, so the ids of programs without the promise stay as they were)
+            payload["divisible"] = {k: divisible[k] for k in sorted(divisible)}
         keys[program_name] = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
     out[name] = hashlib.sha256(json.dumps(sorted(keys.items())).encode()).hexdigest()[:16]
 print(json.dumps(out))

@@ -78,10 +78,13 @@ def _source(program: Any) -> Any:
     from triton.compiler import ASTSource
 
     signature = program.signature()
-    # Pointers are promised 16-byte aligned (the launcher checks); no integer is specialised, so
-    # one binary serves every problem size.
+    # Pointers are promised 16-byte aligned (the launcher checks); integers only as the program declares
+    # (``Program.divisible``, guaranteed by the config's support check), so one binary serves every size.
+    divisible = getattr(program, "divisible", {}) or {}
     attrs = {(index,): [["tt.divisibility", 16]] for index, kind in enumerate(signature.values())
              if kind.startswith("*")}
+    attrs.update({(index,): [["tt.divisibility", divisible[name]]] for index, name in enumerate(signature)
+                  if name in divisible})
     return ASTSource(program.fn, signature, program.compile_constants(), attrs)
 
 

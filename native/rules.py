@@ -152,8 +152,8 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
                 continue
             domains = (_DWRUN_RUN, _DWROLL_BLOCK_N, _DWROLL_FILTER_HEIGHTS, _DIRECT_WARPS, (1, 2), _DWRUN_RUNS,
                        (1, *_SPLIT_K[3:], DWROLL_MAX_SPLIT_K) if bwd_weight else (1,), (False, True))
-            for run, bn, fh, warps, stages, runs, sk, i64 in itertools.product(*domains):
-                yield KernelConfig(direction, dtype, ndim, family, run, bn, fh, warps, stages, runs, sk, 1, 1, i64)
+            for run, bn, fh, warps, stages, runs, sk, i64, vec in itertools.product(*domains, (1, 2)):
+                yield KernelConfig(direction, dtype, ndim, family, run, bn, fh, warps, stages, runs, sk, 1, vec, i64)
             continue
         if family is Family.DIRECT:
             domains = (_DIRECT_BLOCK_M, _DIRECT_BLOCK_N, _DIRECT_TAPS_W, _DIRECT_WARPS,
@@ -193,10 +193,12 @@ def dwrow_live_values(config: KernelConfig) -> float:
 def dwrun_live_values(config: KernelConfig) -> int:
     """fp32 registers a dwrun thread keeps live (one element of each tile): ``F_H²`` accumulators (forward /
     backward-data: weights), the ``F_H × RUN`` dY window (output rows), the ``RUN + F_H − 1`` input columns of a
-    step, plus (``num_stages`` 2) the next step's raw values, one register each."""
+    step, plus (``num_stages`` 2) the next step's raw values, one register each (a channel pair's raw values share
+    one); ``vec`` 2 doubles the fp32 values."""
     height, run = config.block_k, config.block_m
     step = (run + height - 1) + (run if config.direction is Direction.BACKWARD_WEIGHT else 0)
-    return height * height + height * run + (run + height - 1) + (step if config.num_stages == 2 else 0)
+    return (config.vec * (height * height + height * run + (run + height - 1))
+            + (step if config.num_stages == 2 else 0))
 
 
 def _dwroll_per_thread(config: KernelConfig) -> int:
@@ -221,8 +223,8 @@ def _full_rule(config: KernelConfig, arch: ArchSpec) -> bool:
         return _dwroll_ok(config)
     if config.family is Family.DWROW:
         return dwrow_live_values(config) <= MAX_DWROLL_DATA_VALUES and _dwroll_per_thread(config) >= 2
-    if config.family is Family.DWRUN:  # one element of each tile a thread (no replicated threads)
-        return (config.group_m * config.block_n == 32 * config.num_warps
+    if config.family is Family.DWRUN:  # one element (v2: one channel pair) of each tile a thread: none replicated
+        return (config.group_m * config.block_n == 32 * config.num_warps * config.vec
                 and dwrun_live_values(config) <= MAX_DWROLL_WEIGHT_VALUES)
     if config.family is Family.GWALK and config.direction is Direction.BACKWARD_WEIGHT:
         # Triton gives a chain of dots into one accumulator warps along M only (16 rows each): more warps

@@ -35,3 +35,11 @@ def test_a_shifted_file_keeps_its_ids_and_an_edited_kernel_changes_only_its_own(
     source.write_text(text.replace(marker, "    ROWS = ROWS + 0\n" + marker, 1))
     edited = build_ids([FORWARD, WEIGHT], checkout=root)
     assert edited[FORWARD] != here[FORWARD] and edited[WEIGHT] == here[WEIGHT]
+
+
+def test_a_divisibility_promise_is_part_of_the_build():
+    # Same source, constexprs, signature, warps and stages: only vec 2's even-channel promise differs.
+    single = "gconv_fwd_bf16_2d_dwrun_8x32x3_w2_s2_gm4_sk1_mg1_v1_i32"
+    pair = "gconv_fwd_bf16_2d_dwrun_8x32x3_w2_s2_gm4_sk1_mg1_v2_i32"
+    ids = build_ids([single, pair])
+    assert ids[single] != ids[pair]

@@ -310,3 +310,13 @@ def test_dwrun_config_rules(fields, message):
     assert KernelConfig(**base).name == "gconv_bwd_weight_bf16_2d_dwrun_7x16x7_w4_s2_gm8_sk64_mg1_v1_i32"
     with pytest.raises(ConfigError, match=message):
         KernelConfig(**{**base, **fields})
+
+
+def test_channel_pairs_are_a_dwrun_tile():
+    pair = KernelConfig(Direction.FORWARD, DType.BF16, 2, Family.DWRUN, 8, 32, 3, 2, 2, 4, 1, 1, 2)
+    assert pair.name == "gconv_fwd_bf16_2d_dwrun_8x32x3_w2_s2_gm4_sk1_mg1_v2_i32"
+    assert parse_kernel_name(pair.name) == pair
+    with pytest.raises(ConfigError, match="vec: 2 .channel pairs. is a dwrun tile, not igemm"):
+        KernelConfig(Direction.FORWARD, DType.BF16, 2, Family.IGEMM, 64, 64, 32, 4, 3, 8, 1, 1, 2)
+    with pytest.raises(ConfigError, match="vec: must be 1, 2 .dwrun. or 8"):
+        KernelConfig(Direction.FORWARD, DType.BF16, 2, Family.DWRUN, 8, 32, 3, 2, 2, 4, 1, 1, 4)

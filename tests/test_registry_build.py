@@ -100,3 +100,21 @@ def test_full_only_tma_tiles_compile_for_sm_90_without_spills(tmp_path):
         assert result.status == "ok", (result.kernel, result.status, result.error)
         assert result.local_bytes == 0 and result.stack_bytes == 0 and 0 < result.shared_bytes <= 227 * 1024
         assert len(result.programs) == (3 if "bwd_data" in result.kernel else 2)  # main + pad (+ flip)
+
+
+def test_channel_pair_kernels_promise_an_even_channel_count_to_the_compiler():
+    from tiledispatch.native.configs import parse_kernel_name
+    from tiledispatch.native.launch import template_for
+    from tiledispatch.native.registry import _source
+
+    def attrs(name):
+        config = parse_kernel_name(name)
+        program = template_for(config).programs(config)["run"]
+        names = list(program.signature())
+        return {names[index]: value for (index,), value in _source(program).attrs.items()}
+
+    pair = attrs("gconv_fwd_bf16_2d_dwrun_8x32x3_w2_s2_gm4_sk1_mg1_v2_i32")
+    single = attrs("gconv_fwd_bf16_2d_dwrun_8x16x3_w2_s2_gm4_sk1_mg1_v1_i32")
+    assert pair["CHANNELS"] == [["tt.divisibility", 2]]
+    assert "CHANNELS" not in single
+    assert {k: v for k, v in pair.items() if k != "CHANNELS"} == single  # pointers: 16-byte aligned in both

@@ -57,8 +57,10 @@ def hard_rule_violation(config: KernelConfig, arch: str) -> str | None:
         # columns of a step, and the next step's raw values when loads run ahead.
         height, run = config.block_k, config.block_m
         raw = (run + height - 1) + (run if config.direction is Direction.BACKWARD_WEIGHT else 0)
-        values = height * height + height * run + run + height - 1 + raw * (config.num_stages - 1)
-        if config.group_m * config.block_n != 32 * config.num_warps or values > MAX_DWROLL_WEIGHT_VALUES:
+        # vec 2 (a channel pair a thread): twice the fp32 values; the pair's raw values share a register.
+        values = (config.vec * (height * height + height * run + run + height - 1)
+                  + raw * (config.num_stages - 1))
+        if config.group_m * config.block_n != 32 * config.num_warps * config.vec or values > MAX_DWROLL_WEIGHT_VALUES:
             return f"dwrun tile {config.group_m} x {config.block_n} on {config.num_warps} warps, {values} live values"
         return None
     if config.family is Family.DIRECT:

@@ -347,6 +347,15 @@ def test_dwrun_refusals_name_the_field(overrides, height, field):
     assert not support and support.reason.startswith(field), support.reason
 
 
+def test_dwrun_channel_pairs_need_an_even_channel_count():
+    pair = dataclasses.replace(_dwrun(), direction=Direction.FORWARD, split_k=1, block_n=64, vec=2)
+    assert is_supported(_depthwise(groups=14, in_channels=14, out_channels=14), pair)  # even, not 8-aligned
+    support = is_supported(_depthwise(groups=13, in_channels=13, out_channels=13), pair)
+    assert not support and support.reason.startswith("in_channels"), support.reason
+    assert is_supported(_depthwise(groups=13, in_channels=13, out_channels=13),
+                        dataclasses.replace(pair, block_n=32, vec=1))  # the v1 tile runs it
+
+
 # ---- gwalk: 2D 3x3 stride-1 grouped walks ------------------------------------------------------------------
 
 def _walk(direction=Direction.FORWARD, side=32, merge=4) -> KernelConfig:

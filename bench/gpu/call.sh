@@ -30,6 +30,8 @@
 #             default's best depthwise kernels and cuDNN) into $WORK/dwrun_probe; then TESTS_K's kernel GPU tests when set.
 #   dwrun_data: bench/gpu/dwrun_data_probe.py (depthwise forward / backward-data, each thread a run of output
 #             columns, beside default's dwroll kernels and cuDNN) into $WORK/dwrun_data_probe; then TESTS_K's tests.
+#   dwrun_pair: bench/gpu/dwrun_pair_probe.py (dwrun with a channel pair a thread, vec 2, all three directions, beside
+#             default's dwrun kernels and cuDNN) into $WORK/dwrun_pair_probe; then TESTS_K's tests.
 #   flat:     bench/gpu/flat_probe.py (backward-weight tensor-core kernels, one accumulator per split against the
 #             chunked program, same binaries, with cuDNN) into $WORK/flat_probe; then TESTS_K's kernel GPU tests when set.
 #   harness:  bench/gpu/harness_check.py (the same kernels timed as the sweep and as the probes time them, in one
@@ -76,7 +78,7 @@ probe_then_tests() {
       tests/kernels/test_gpu.py -k "$TESTS_K" > "$WORK/logs/gpu_tests_$1.txt" 2>&1; tail -3 "$WORK/logs/gpu_tests_$1.txt"
   fi
 }
-case ${1:?synth, complete, torch, refresh, probe, configs, l1, dwrow, dwrun, dwrun_data, flat, harness, held, tests, variants or dev} in
+case ${1:?synth, complete, torch, refresh, probe, configs, l1, dwrow, dwrun, dwrun_data, dwrun_pair, flat, harness, held, tests, variants or dev} in
   synth) synth ;;
   complete)
     M=models/data/measured
@@ -164,7 +166,7 @@ case ${1:?synth, complete, torch, refresh, probe, configs, l1, dwrow, dwrun, dwr
     timeout "$(left)" python3 bench/gpu/config_probe.py --out "$WORK/l1_probe" > "$WORK/logs/l1_probe.txt" 2>&1
     echo "l1 rc $?"; grep -c " ok " "$WORK/logs/l1_probe.txt"; head -2 "$WORK/logs/l1_probe.txt"
     ;;
-  dwrow|flat|dwrun|dwrun_data) probe_then_tests "$1" ;;
+  dwrow|flat|dwrun|dwrun_data|dwrun_pair) probe_then_tests "$1" ;;
   harness)
     timeout "$(left)" python3 bench/gpu/harness_check.py --out "$WORK/harness" > "$WORK/logs/harness.txt" 2>&1
     echo "harness rc $?"; tail -3 "$WORK/logs/harness.txt"

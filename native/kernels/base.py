@@ -11,7 +11,8 @@ one direction and a set of families. For a :class:`KernelConfig` it gives
 * ``workspace_elements(problem, config)``: fp32 scratch the plan needs (split-K partials).
 
 Run-time integer parameters are typed ``i32`` in 32-bit-indexed kernels and ``i64`` in
-``index64`` kernels; pointers are declared 16-byte aligned (the runtime checks each tensor).
+``index64`` kernels; pointers are declared 16-byte aligned (the runtime checks each tensor); a program may
+declare integer parameters divisible by a value (``Program.divisible``: dwrun's channel pairs).
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ class Program:
     # Run-time parameters the config fixes (:func:`fixed_sizes`), compiled in as constants: launches
     # still pass them, and the runtime checks that they pass these values.
     fixed: dict[str, int] = field(default_factory=dict)
+    # Run-time integer parameters the config promises divisible by a value (``tt.divisibility``), so the
+    # compiler can prove wider aligned loads; the config's support check guarantees the promise.
+    divisible: dict[str, int] = field(default_factory=dict)
 
     def signature(self) -> dict[str, str]:
         """Triton's full signature: every parameter in definition order, constexprs (and fixed sizes) marked."""

@@ -50,7 +50,9 @@ cuDNN 73.0), 3×3 1.02–1.17×.
 Config: ``block_m`` = ``RUN`` (columns a thread owns, any 1..:data:`~tiledispatch.native.configs.MAX_DWRUN_RUN`),
 ``group_m`` = ``RUNS`` (runs a program walks side by side), ``block_n`` = channels, ``block_k`` = the filter
 height, unrolled (``F_W ≤ block_k``), ``num_stages`` 2 = each step's loads issued one step ahead of its FMAs,
-``split_k`` the splits; ``vec`` 1: each thread loads one 16-bit channel value, so any channel count runs.
+``split_k`` the splits; ``vec`` 1: each thread loads one 16-bit channel value, so any channel count runs; ``vec`` 2:
+two neighbouring channels a thread, one 32-bit load each (:func:`channel_pairs`; even channel counts), twice the
+FMAs per load instruction and its address arithmetic.
 """
 
 from __future__ import annotations
@@ -283,6 +285,14 @@ def _dwrun_data_kernel(
         acc = _zeros_tuple(RUN, RUNS, BLOCK_N) + acc[:(F_H - 1) * RUN]
 
 
+def channel_pairs(config: KernelConfig) -> dict[str, int]:
+    """``vec`` 2: ``CHANNELS`` promised even (support.py refuses odd counts). The same source then compiles to
+    32-bit loads and stores of channel pairs: with every row offset a multiple of ``C``, Triton proves two
+    contiguous, 4-byte-aligned 16-bit values a thread where ``vec`` 1 proves one, and the tile's layout gives each
+    thread two neighbouring channels (tiles of ``RUNS · BLOCK_N = 64 × warps``)."""
+    return {"CHANNELS": 2} if config.vec == 2 else {}
+
+
 class DwrunData:
     """Forward or backward-data (2D): one launch, the weights read straight from ``W``."""
 
@@ -300,7 +310,8 @@ class DwrunData:
         constexprs = {"RUN": config.block_m, "RUNS": config.group_m, "BLOCK_N": config.block_n, "F_H": config.block_k,
                       "FLIP": self.direction is Direction.BACKWARD_DATA, "PREFETCH": config.num_stages == 2,
                       "INDEX64": config.index64}
-        return {"run": Program(_dwrun_data_kernel, constexprs, types, config.num_warps, 1)}
+        return {"run": Program(_dwrun_data_kernel, constexprs, types, config.num_warps, 1,
+                               divisible=channel_pairs(config))}
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
         return 0
@@ -330,7 +341,7 @@ class DwrunBackwardWeight:
                       "PREFETCH": config.num_stages == 2, "INDEX64": config.index64}
         fixed = fixed_sizes(config, _dwrun_bwd_weight_kernel)
         return with_split_reduce({"run": Program(_dwrun_bwd_weight_kernel, constexprs, types, config.num_warps, 1,
-                                                 fixed)}, config)
+                                                 fixed, channel_pairs(config))}, config)
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
         return weight_partials_elements(problem, config)

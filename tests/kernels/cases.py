@@ -136,10 +136,10 @@ def small_config(direction: Direction, dtype: DType, ndim: int, family: Family, 
         block_w, block_n = (16, 32) if wide else (8, 16)
         return KernelConfig(direction, dtype, ndim, family, block_w, block_n, taps_w, 1, stages, 1, split_k, 1, 8,
                             index64)
-    if family is Family.DWRUN:  # one warp: 2 runs of 3 columns x 16 channels (4 runs of 5 x 8 channels)
-        run, runs, block_n = (5, 4, 8) if wide else (3, 2, 16)
-        return KernelConfig(direction, dtype, ndim, family, run, block_n, taps_w, 1, stages, runs, split_k, 1, 1,
-                            index64)
+    if family is Family.DWRUN:  # one warp: 2 runs of 3 columns x 16 channels (4 runs of 5 x 8 channels); vec 2:
+        run, runs, block_n = (5, 4, 8) if wide else (3, 2, 16)  # channel pairs, twice the channels
+        return KernelConfig(direction, dtype, ndim, family, run, block_n * (2 if vec == 2 else 1), taps_w, 1, stages,
+                            runs, split_k, 1, 2 if vec == 2 else 1, index64)
     if family is Family.DIRECT:
         return KernelConfig(direction, dtype, ndim, family, 16, 8, taps_w, num_warps, 1, 1, split_k, 1, vec, index64)
     return KernelConfig(direction, dtype, ndim, family, 32, 16, 16, num_warps, 2, 8, split_k,
@@ -177,9 +177,10 @@ def cases(ndims=(2, 3)):
                     if family is Family.DWROW:  # exactly the filter's width and wider (masked columns)
                         width = available[label]["filter_size"][-1]
                         variants = [dict(taps_w=width), dict(taps_w=7, stages=2, wide=True)]
-                    if family is Family.DWRUN:  # the filter's height; plain and loading a step ahead
+                    if family is Family.DWRUN:  # the filter's height; plain, loading a step ahead, channel pairs
                         height = available[label]["filter_size"][-2]
-                        variants = [dict(taps_w=height), dict(taps_w=height, stages=2, wide=True)]
+                        variants = [dict(taps_w=height), dict(taps_w=height, stages=2, wide=True),
+                                    dict(taps_w=height, stages=2, vec=2)]
                     if family in (Family.GEMM1X1, Family.TMA):
                         variants = [dict(vec=8)]
                     if family is Family.IGEMM and label == "grouped_odd":
@@ -266,6 +267,8 @@ DWROW_GPU_TILES = ((64, 16, 3, 4, 1, 1), (32, 32, 3, 4, 2, 16), (16, 64, 5, 4, 2
 #: plain and loading a step ahead, 1 to 8 warps, runs of 4 to 14 columns, every filter height.
 DWRUN_GPU_TILES = ((7, 8, 16, 7, 4, 2, 64), (7, 4, 32, 7, 4, 1, 1), (4, 8, 16, 7, 4, 2, 128), (8, 4, 32, 5, 4, 2, 16),
                    (14, 4, 32, 3, 4, 2, 32), (7, 16, 16, 3, 8, 2, 8), (8, 1, 32, 3, 1, 1, 4))
+#: dwrun channel-pair (vec 2) GPU-test kernels, as DWRUN_GPU_TILES (runs · block_n = 64 × warps): 3×3, 5×5, 7×7.
+DWRUN_GPU_PAIR_TILES = ((8, 4, 32, 3, 2, 2, 16), (7, 2, 64, 5, 2, 1, 1), (2, 8, 32, 7, 4, 2, 64))
 #: Backward-weight dwroll kernels beyond DWROLL_GPU_TILES: default's lean 3x3 tile at its largest split.
 DWROLL_GPU_EXTRA_WEIGHT = ((64, 16, 3, 8, 2, 128),)
 
@@ -298,10 +301,12 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
         if family is Family.DWRUN:  # forward / backward-data: 2D, unsplit
             if direction is Direction.BACKWARD_WEIGHT:
                 out += [KernelConfig(direction, dtype, ndim, family, run, block_n, height, warps, stages, runs, split_k,
-                                     1, 1) for run, runs, block_n, height, warps, stages, split_k in DWRUN_GPU_TILES]
+                                     1, vec) for tiles, vec in ((DWRUN_GPU_TILES, 1), (DWRUN_GPU_PAIR_TILES, 2))
+                        for run, runs, block_n, height, warps, stages, split_k in tiles]
             elif ndim == 2:
-                out += [KernelConfig(direction, dtype, ndim, family, run, block_n, height, warps, stages, runs, 1, 1, 1)
-                        for run, runs, block_n, height, warps, stages, _ in DWRUN_GPU_TILES]
+                out += [KernelConfig(direction, dtype, ndim, family, run, block_n, height, warps, stages, runs, 1, 1,
+                                     vec) for tiles, vec in ((DWRUN_GPU_TILES, 1), (DWRUN_GPU_PAIR_TILES, 2))
+                        for run, runs, block_n, height, warps, stages, _ in tiles]
             continue
         if family is Family.GWALK:  # 2D bf16/fp16: held (32x32) and loaded (64x64) weights, 4 and 8 warps
             if ndim == 2 and dtype is not DType.FP32 and direction is Direction.BACKWARD_WEIGHT:
