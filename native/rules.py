@@ -312,12 +312,15 @@ DWRUN_WEIGHT_TILES = {
     7: ((4, 16, 2, 2, 4), (4, 16, 4, 2, 8), (4, 32, 2, 2, 2), (7, 32, 2, 2, 2)),
 }
 DWRUN_SPLITS = (16, 32, 64, 128)
-#: dwrun forward / backward-data (run, block_n, warps, num_stages, runs) in ``default`` by filter height (2D, unsplit):
-#: the cover of the best (within 3 %) on the 16 stride-1 depthwise layer-directions of the H200 probe
-#: (bench/results/2026-11-27_h200_s19/dwrun_data_probe: the dev suite's and the e2e models' 3x3 and 7x7 layers).
+#: dwrun forward / backward-data (run, block_n, warps, num_stages, runs, vec) in ``default`` by filter height (2D,
+#: unsplit): the cover of the best (within 3 %) on the 16 stride-1 depthwise layer-directions of the H200 probe
+#: (bench/results/2026-11-27_h200_s19/dwrun_data_probe: the dev suite's and the e2e models' 3x3 and 7x7 layers); and
+#: two 3x3 channel-pair tiles (vec 2; even channel counts): on the 8 3x3 layer-directions of the session-22 probe
+#: 1.21-1.39x the best vec-1 tile, the 7x16 one within 1.1 % of the best pair tile on every one, the two together
+#: the best (bench/results/2026-11-27_h200_s22/dwrun_pair_probe). 7x7 pairs lose (164-239 registers).
 DWRUN_DATA_TILES = {
-    3: ((8, 16, 2, 2, 4), (14, 16, 4, 1, 8), (8, 64, 4, 1, 2)),
-    7: ((4, 16, 2, 2, 4), (4, 16, 2, 1, 4), (4, 128, 4, 1, 1)),
+    3: ((8, 16, 2, 2, 4, 1), (14, 16, 4, 1, 8, 1), (8, 64, 4, 1, 2, 1), (7, 16, 4, 2, 16, 2), (4, 32, 2, 2, 4, 2)),
+    7: ((4, 16, 2, 2, 4, 1), (4, 16, 2, 1, 4, 1), (4, 128, 4, 1, 1, 1)),
 }
 
 
@@ -389,7 +392,9 @@ def _default_rule(config: KernelConfig) -> bool:
             return False  # 3D: the 3x3x3 filters video networks use
         tile = (c.block_m, c.block_n, c.num_warps, c.num_stages, c.group_m)
         if c.direction is not Direction.BACKWARD_WEIGHT:
-            return tile in DWRUN_DATA_TILES.get(c.block_k, ())
+            return (*tile, c.vec) in DWRUN_DATA_TILES.get(c.block_k, ())
+        if c.vec != 1:  # backward-weight pairs: 0.34-1.06x the vec-1 tiles (session-22 probe)
+            return False
         if c.split_k == 1:  # the unsplit path, for CI's compile check
             return tile == (7, 32, 4, 2 if c.dtype is DType.BF16 else 1, 4) and c.block_k == 3
         return tile in dwrun_default_tiles(c.dtype, c.block_k) and c.split_k in DWRUN_SPLITS
