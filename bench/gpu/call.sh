@@ -20,6 +20,8 @@
 #             then time the configs no folder has (new_kernels; --complete; SHARD=I/N: every N-th training problem) into
 #             $WORK/complete_new_*; a later call on the same warm machine resumes them. KINDS: the lists and their order
 #             (default 'train validation').
+#   new:      refresh's completion half alone (DIRS default 'fwd bwd_data', KINDS), from a registry of only the
+#             new_kernels ($WORK/registry_new; BUILD=0 skips the default build this mode does not need).
 #   configs:  bench/gpu/config_probe.py on PROBE_KERNELS (default stages_probe_kernels.json), as built, into $WORK/config_probe.
 #   l1:       bench/gpu/config_probe.py (tensor-core kernels with their cp.async cached in L1 too) into $WORK/l1_probe.
 #   held:     bench/gpu/held_probe.py into $WORK/held_probe (its own registry, /tmp/held_registry), then Nsight
@@ -78,7 +80,7 @@ probe_then_tests() {
       tests/kernels/test_gpu.py -k "$TESTS_K" > "$WORK/logs/gpu_tests_$1.txt" 2>&1; tail -3 "$WORK/logs/gpu_tests_$1.txt"
   fi
 }
-case ${1:?synth, complete, torch, refresh, probe, configs, l1, dwrow, dwrun, dwrun_data, dwrun_pair, flat, harness, held, tests, variants or dev} in
+case ${1:?synth, complete, torch, refresh, new, probe, configs, l1, dwrow, dwrun, dwrun_data, dwrun_pair, flat, harness, held, tests, variants or dev} in
   synth) synth ;;
   complete)
     M=models/data/measured
@@ -152,6 +154,23 @@ case ${1:?synth, complete, torch, refresh, probe, configs, l1, dwrow, dwrun, dwr
         # shellcheck disable=SC2086
         timeout "$(left)" td bench --problems "models/data/problems/${kind}_$d.json" --direction "$d" --complete $folders \
           --kernels "$new" --training "${shard[@]}" --cache-dir "$REG" --out "$WORK/complete_new_${kind}_$d" \
+          >> "$WORK/logs/complete_new_${kind}_$d.txt" 2>&1
+        echo "complete new $kind $d rc $?"; grep -E "^bench: completing" "$WORK/logs/complete_new_${kind}_$d.txt" | tail -1; tail -1 "$WORK/logs/complete_new_${kind}_$d.txt"
+      done
+    done
+    ;;
+  new)
+    # The completion half of `refresh` alone, from a registry of only the new_kernels of DIRS (seconds to build,
+    # not the whole rule set; the sweep measures the registry's kernels that are in the rule set).
+    NEWREG=$WORK/registry_new
+    python3 bench/gpu/build_new.py "$NEWREG" ${DIRS:-fwd bwd_data} 2>&1 | tail -1
+    for d in ${DIRS:-fwd bwd_data}; do
+      new=$(python3 -c "import json; print('^(' + '|'.join(json.load(open('bench/gpu/refresh_sets.json'))['sets']['$d']['new_kernels']) + ')\$')")
+      for kind in ${KINDS:-train validation}; do
+        folders=$(python3 -c "import json; print(' '.join(json.load(open('bench/gpu/refresh_sets.json'))['sets']['$d']['$kind']))")
+        # shellcheck disable=SC2086
+        timeout "$(left)" td bench --problems "models/data/problems/${kind}_$d.json" --direction "$d" --complete $folders \
+          --kernels "$new" --training --cache-dir "$NEWREG" --out "$WORK/complete_new_${kind}_$d" \
           >> "$WORK/logs/complete_new_${kind}_$d.txt" 2>&1
         echo "complete new $kind $d rc $?"; grep -E "^bench: completing" "$WORK/logs/complete_new_${kind}_$d.txt" | tail -1; tail -1 "$WORK/logs/complete_new_${kind}_$d.txt"
       done
