@@ -45,7 +45,9 @@ then stores ``acc[F_H − 1]`` (it has seen every filter row) and rolls the wind
 Measured (H200, ``bench/results/2026-11-27_h200_s19/``, same runs as cuDNN): backward-weight n32 c96 56×56 7×7
 128.6 → 58.4 µs (dwroll before; cuDNN 77.3), c144 56×56 3×3 43.2 → 33.2 (cuDNN 37.0), 1.1–2.2× the earlier best on
 11 of 12 stride-1 depthwise layers; forward / backward-data 7×7 1.4–2.7× dwroll (c96 56×56 forward 86.3 → 60.2,
-cuDNN 73.0), 3×3 1.02–1.17×.
+cuDNN 73.0), 3×3 1.02–1.17×. Channel pairs (``vec`` 2, below), forward / backward-data 3×3: 1.21–1.39× the ``vec`` 1
+tiles on 8 layer-directions, the forward 1.03–1.17× cuDNN (``bench/results/2026-11-27_h200_s22/dwrun_pair_probe``); 7×7
+pairs lose (164–239 registers), backward-weight pairs win only on two 3×3 layers (1.04–1.06×).
 
 Config: ``block_m`` = ``RUN`` (columns a thread owns, any 1..:data:`~tiledispatch.native.configs.MAX_DWRUN_RUN`),
 ``group_m`` = ``RUNS`` (runs a program walks side by side), ``block_n`` = channels, ``block_k`` = the filter
