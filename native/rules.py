@@ -582,9 +582,9 @@ def _tiny_rule(config: KernelConfig) -> bool:
             and (c.num_stages, c.block_m) in ((1, 16), (2, 32))
     if c.family is Family.DWROW:  # the unsplit path and one split tile
         return (c.block_m, c.block_n, c.block_k, c.split_k) in ((64, 16, 3, 1), (32, 32, 3, 64))
-    if c.family is Family.DWRUN:  # the unsplit path and one split tile; forward / backward-data: one tile
-        if c.direction is not Direction.BACKWARD_WEIGHT:
-            return (c.block_m, c.block_n, c.block_k, c.num_stages, c.group_m) == (8, 16, 3, 2, 4)
+    if c.family is Family.DWRUN:  # the unsplit path and one split tile; forward / backward-data: one tile of
+        if c.direction is not Direction.BACKWARD_WEIGHT:  # one channel a thread and one of channel pairs
+            return (c.block_m, c.block_n, c.block_k, c.num_stages, c.group_m) in ((8, 16, 3, 2, 4), (4, 32, 3, 2, 4))
         return (c.block_m, c.block_n, c.block_k, c.group_m) == (7, 32, 3, 4) and c.split_k in (1, 64)
     if c.family is Family.DIRECT:  # (+ one depthwise tap-row instance per direction: cheap binaries)
         if c.block_k > 1:

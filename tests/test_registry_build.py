@@ -118,3 +118,28 @@ def test_channel_pair_kernels_promise_an_even_channel_count_to_the_compiler():
     assert pair["CHANNELS"] == [["tt.divisibility", 2]]
     assert "CHANNELS" not in single
     assert {k: v for k, v in pair.items() if k != "CHANNELS"} == single  # pointers: 16-byte aligned in both
+
+
+def test_channel_pair_kernels_compile_to_32_bit_loads_and_stores(built):
+    """The even-channel promise reaches the compiler: tiny's vec-2 dwrun binaries move channel pairs (32-bit
+    LDG/STG of the activations; the weights, strided by the taps, stay 16-bit), the vec-1 sibling single values."""
+    import re
+    from pathlib import Path
+
+    import triton
+
+    cache, first, _ = built
+    assert first.returncode == 0
+    kernels = json.loads((cache / "manifest-sm_90.json").read_text())["kernels"]
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+
+    def memory_ops(name):
+        cubin = cache / "artifacts" / kernels[name]["programs"]["run"] / "kernel.cubin"
+        sass = subprocess.run([str(cuobjdump), "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+        return set(re.findall(r"\b((?:LDG|STG)\.E(?:\.U16)?)\b", sass))
+
+    for direction in ("fwd", "bwd_data"):
+        pair = memory_ops(f"gconv_{direction}_bf16_2d_dwrun_4x32x3_w2_s2_gm4_sk1_mg1_v2_i32")
+        single = memory_ops(f"gconv_{direction}_bf16_2d_dwrun_8x16x3_w2_s2_gm4_sk1_mg1_v1_i32")
+        assert {"LDG.E", "STG.E"} <= pair and "STG.E.U16" not in pair, pair
+        assert single == {"LDG.E.U16", "STG.E.U16"}, single
