@@ -17,7 +17,7 @@ from tiledispatch.native.rules import rule_set_configs
 GRAMMAR = re.compile(
     r"gconv_(fwd|bwd_data|bwd_weight)_(bf16|fp16|fp32)_([23])d_(igemm|gmerge|gemm1x1|direct|tma|dwroll|gwalk|dwrow|dwrun)"
     r"_([1-9][0-9]*)x([1-9][0-9]*)x([1-9][0-9]*)_w([1-9][0-9]*)_s([1-9][0-9]*)_gm([1-9][0-9]*)"
-    r"_sk([1-9][0-9]*)_mg([1-9][0-9]*)_v(1|8)_i(32|64)"
+    r"_sk([1-9][0-9]*)_mg([1-9][0-9]*)_v(1|2|8)_i(32|64)"
 )
 
 FULL_SAMPLE_SIZE = 20_000
