@@ -80,6 +80,22 @@ probe_then_tests() {
       tests/kernels/test_gpu.py -k "$TESTS_K" > "$WORK/logs/gpu_tests_$1.txt" 2>&1; tail -3 "$WORK/logs/gpu_tests_$1.txt"
   fi
 }
+# refresh_set DIR KEY: the refresh_sets.json entry of direction DIR ('new_kernels' as an anchored regex, lists spaced).
+refresh_set() {
+  python3 -c "import json, sys; v = json.load(open('bench/gpu/refresh_sets.json'))['sets'][sys.argv[1]][sys.argv[2]]; \
+print('^(' + '|'.join(v) + ')\$' if sys.argv[2] == 'new_kernels' else ' '.join(v))" "$1" "$2"
+}
+# complete_new DIR KIND REGISTRY: the new_kernels of DIR over KIND's measured folders (SHARD=I/N: the training list's
+# every N-th problem), from REGISTRY, into $WORK/complete_new_KIND_DIR (a later call on the warm machine resumes it).
+complete_new() {
+  local d=$1 kind=$2 shard=()
+  if [ "$kind" = train ] && [ -n "${SHARD:-}" ]; then shard=(--shard "$SHARD"); fi
+  # shellcheck disable=SC2046
+  timeout "$(left)" td bench --problems "models/data/problems/${kind}_$d.json" --direction "$d" \
+    --complete $(refresh_set "$d" "$kind") --kernels "$(refresh_set "$d" new_kernels)" --training "${shard[@]}" \
+    --cache-dir "$3" --out "$WORK/complete_new_${kind}_$d" >> "$WORK/logs/complete_new_${kind}_$d.txt" 2>&1
+  echo "complete new $kind $d rc $?"; grep -E "^bench: completing" "$WORK/logs/complete_new_${kind}_$d.txt" | tail -1; tail -1 "$WORK/logs/complete_new_${kind}_$d.txt"
+}
 case ${1:?synth, complete, torch, refresh, new, probe, configs, l1, dwrow, dwrun, dwrun_data, dwrun_pair, flat, harness, held, tests, variants or dev} in
   synth) synth ;;
   complete)
@@ -142,38 +158,22 @@ case ${1:?synth, complete, torch, refresh, new, probe, configs, l1, dwrow, dwrun
     ;;
   refresh)
     for d in ${DIRS:-bwd_weight fwd bwd_data}; do
-      new=$(python3 -c "import json; print('^(' + '|'.join(json.load(open('bench/gpu/refresh_sets.json'))['sets']['$d']['new_kernels']) + ')\$')")
       for kind in ${KINDS:-train validation}; do
-        folders=$(python3 -c "import json; print(' '.join(json.load(open('bench/gpu/refresh_sets.json'))['sets']['$d']['$kind']))")
-        # shellcheck disable=SC2086
-        timeout "$(left)" td bench --problems "models/data/problems/${kind}_$d.json" --direction "$d" --refresh $folders \
-          --refresh-within "${WITHIN:-1.25}" --training --cache-dir "$REG" --out "$WORK/refresh_${kind}_$d" \
-          >> "$WORK/logs/refresh_${kind}_$d.txt" 2>&1
+        # shellcheck disable=SC2046
+        timeout "$(left)" td bench --problems "models/data/problems/${kind}_$d.json" --direction "$d" \
+          --refresh $(refresh_set "$d" "$kind") --refresh-within "${WITHIN:-1.25}" --training --cache-dir "$REG" \
+          --out "$WORK/refresh_${kind}_$d" >> "$WORK/logs/refresh_${kind}_$d.txt" 2>&1
         echo "refresh $kind $d rc $?"; grep -E "^bench: refreshing" "$WORK/logs/refresh_${kind}_$d.txt" | tail -1; tail -1 "$WORK/logs/refresh_${kind}_$d.txt"
-        shard=(); if [ "$kind" = train ] && [ -n "${SHARD:-}" ]; then shard=(--shard "$SHARD"); fi
-        # shellcheck disable=SC2086
-        timeout "$(left)" td bench --problems "models/data/problems/${kind}_$d.json" --direction "$d" --complete $folders \
-          --kernels "$new" --training "${shard[@]}" --cache-dir "$REG" --out "$WORK/complete_new_${kind}_$d" \
-          >> "$WORK/logs/complete_new_${kind}_$d.txt" 2>&1
-        echo "complete new $kind $d rc $?"; grep -E "^bench: completing" "$WORK/logs/complete_new_${kind}_$d.txt" | tail -1; tail -1 "$WORK/logs/complete_new_${kind}_$d.txt"
+        complete_new "$d" "$kind" "$REG"
       done
     done
     ;;
   new)
     # The completion half of `refresh` alone, from a registry of only the new_kernels of DIRS (seconds to build,
     # not the whole rule set; the sweep measures the registry's kernels that are in the rule set).
-    NEWREG=$WORK/registry_new
-    python3 bench/gpu/build_new.py "$NEWREG" ${DIRS:-fwd bwd_data} 2>&1 | tail -1
+    python3 bench/gpu/build_new.py "$WORK/registry_new" ${DIRS:-fwd bwd_data} 2>&1 | tail -1
     for d in ${DIRS:-fwd bwd_data}; do
-      new=$(python3 -c "import json; print('^(' + '|'.join(json.load(open('bench/gpu/refresh_sets.json'))['sets']['$d']['new_kernels']) + ')\$')")
-      for kind in ${KINDS:-train validation}; do
-        folders=$(python3 -c "import json; print(' '.join(json.load(open('bench/gpu/refresh_sets.json'))['sets']['$d']['$kind']))")
-        # shellcheck disable=SC2086
-        timeout "$(left)" td bench --problems "models/data/problems/${kind}_$d.json" --direction "$d" --complete $folders \
-          --kernels "$new" --training --cache-dir "$NEWREG" --out "$WORK/complete_new_${kind}_$d" \
-          >> "$WORK/logs/complete_new_${kind}_$d.txt" 2>&1
-        echo "complete new $kind $d rc $?"; grep -E "^bench: completing" "$WORK/logs/complete_new_${kind}_$d.txt" | tail -1; tail -1 "$WORK/logs/complete_new_${kind}_$d.txt"
-      done
+      for kind in ${KINDS:-train validation}; do complete_new "$d" "$kind" "$WORK/registry_new"; done
     done
     ;;
   configs)

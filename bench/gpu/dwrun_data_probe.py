@@ -17,11 +17,10 @@ import itertools
 import sys
 from pathlib import Path
 
-from probe_rows import probe_kernels_and_cudnn, probe_main
+from probe_rows import default_kernels, probe_kernels_and_cudnn, probe_main
 
 from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.problem import ConvProblem, Direction, DType
-from tiledispatch.native.rules import rule_set_configs
 from tiledispatch.native.support import is_supported
 
 PROBLEMS = (
@@ -60,16 +59,9 @@ def dwrun_configs(problem: ConvProblem) -> list[KernelConfig]:
     return out
 
 
-def default_configs(problem: ConvProblem) -> list[KernelConfig]:
-    """default's dwroll kernels that run the problem."""
-    return [c for c in rule_set_configs("default", "sm_90", directions=[problem.direction], dtypes=[problem.dtype],
-                                        ndims=[problem.ndim])
-            if c.family is Family.DWROLL and is_supported(problem, c)]
-
-
 def run(out: Path, workers: int) -> int:
     problems = [ConvProblem.from_key(f"{d.value}|{DType.BF16.value}|{key}") for key in PROBLEMS for d in DIRECTIONS]
-    plan = {p.key: (dwrun_configs(p), default_configs(p)) for p in problems}
+    plan = {p.key: (dwrun_configs(p), default_kernels(p, Family.DWROLL)) for p in problems}
     print({key: (len(new), len(base)) for key, (new, base) in plan.items()}, flush=True)
     return probe_kernels_and_cudnn(problems, plan, Path("/tmp/dwrun_data_registry"), workers, out, "dwrun_data")
 

@@ -100,6 +100,16 @@ def probe_main(description: str, name: str, run: Callable[[Path, int], int], arg
     return code
 
 
+def default_kernels(problem: ConvProblem, family) -> list[KernelConfig]:
+    """``default``'s kernels of ``family`` that run ``problem``: a probe's baseline."""
+    from tiledispatch.native.rules import rule_set_configs
+    from tiledispatch.native.support import is_supported
+
+    return [c for c in rule_set_configs("default", "sm_90", directions=[problem.direction], dtypes=[problem.dtype],
+                                        ndims=[problem.ndim])
+            if c.family is family and is_supported(problem, c)]
+
+
 def probe_kernels_and_cudnn(problems, plan, cache: Path, workers: int, out: Path, stem: str) -> int:
     """The kernel probes' whole run: build every config of ``plan`` (problem key → (new configs, baseline
     configs)) into ``cache``, then per problem time cuDNN (``cudnn.benchmark=True``), the baseline configs and
