@@ -200,13 +200,16 @@ def _run_uncached(problem: ConvProblem, config: KernelConfig, first: Any, second
         if tensor.data_ptr() % 16:
             raise LaunchError(f"{label}: data must start 16-byte aligned (kernels are compiled for aligned pointers)")
     template = template_for(config)
-    workspace_elements = template.workspace_elements(problem, config)
+    kernel_problem = problem.kernel_problem(config.ndim) or problem
+    if kernel_problem is not problem:  # a 3D problem that is a 2D one: the same bytes in its 2D shapes
+        a, b, result = (t.view(shape) for t, shape in zip((a, b, result), kernel_problem.operand_shapes))
+    workspace_elements = template.workspace_elements(kernel_problem, config)
     workspace = (torch.empty(workspace_elements, dtype=torch.float32, device=a.device)
                  if workspace_elements else None)
     before_launch = getattr(template, "before_launch", None)
     if before_launch is not None:
         before_launch(config)
-    launches = template.plan(problem, config, a, b, result, workspace)
+    launches = template.plan(kernel_problem, config, a, b, result, workspace)
     programs = template.programs(config)
     binaries = loader(config) if backend is Backend.COMPILED else None
     for launch in launches:
@@ -276,12 +279,14 @@ class TensorRef:
 @dataclass(frozen=True)
 class OperandSpec:
     """What one tensor of a call must be: dtype, then the grouped shape (contiguous) or PyTorch's
-    shape of the same bytes (channels-last memory); errors name it."""
+    shape of the same bytes (channels-last memory); errors name it. ``kernel``: the grouped shape the
+    kernel sees, ``grouped`` itself unless a 2D kernel runs a 3D problem (:attr:`ConvProblem.planar`)."""
 
     name: str
     grouped: tuple[int, ...]
     pytorch: tuple[int, ...]
     weight: bool
+    kernel: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -323,6 +328,7 @@ class LaunchPlan:
     config: KernelConfig
     backend: Backend
     template: Any
+    kernel_problem: ConvProblem       # what the template plans: ``problem``, or its 2D form for a 2D kernel
     operands: tuple[OperandSpec, OperandSpec, OperandSpec]
     dtype: Any                        # the torch dtype of every operand
     memory_format: Any                # torch.channels_last or channels_last_3d: PyTorch-shaped operands
@@ -442,24 +448,31 @@ class LaunchPlan:
                  result_pytorch: bool, workspace: Any) -> tuple:
         """The slots' tensors in grouped shape (views of the caller's PyTorch-shaped ones)."""
         a, b, r = self.operands
-        return (_grouped_view(first, a) if first_pytorch else first,
-                _grouped_view(second, b) if second_pytorch else second,
-                _grouped_view(result, r) if result_pytorch else result, workspace)
+        return (_grouped_view(first, a) if first_pytorch else _kernel_view(first, a),
+                _grouped_view(second, b) if second_pytorch else _kernel_view(second, b),
+                _grouped_view(result, r) if result_pytorch else _kernel_view(result, r), workspace)
 
     def _launches_for(self, tensors: tuple) -> list[Launch]:
         if self.untraced:
-            return list(self.template.plan(self.problem, self.config, *tensors))
+            return list(self.template.plan(self.kernel_problem, self.config, *tensors))
         return [Launch(launch.program, launch.grid, tuple(_bind(value, tensors) for value in launch.args),
                        tuple(_bind(ref, tensors) for ref in launch.zero_fill)) for launch in self.launches]
 
     def bind(self, first: Any, second: Any, out: Any, workspace: Any) -> list[Launch]:
         """The launches for these grouped-shape tensors (``workspace``: ``workspace_elements`` fp32
-        or None), tensors bound: what the template's ``plan()`` returns for them."""
-        return self._launches_for((first, second, out, workspace))
+        or None), tensors bound: what the template's ``plan()`` returns for them (in the kernel's shapes)."""
+        return self._launches_for((*(_kernel_view(t, spec) for t, spec in zip((first, second, out), self.operands)),
+                                   workspace))
 
 
 def _grouped_view(tensor: Any, spec: OperandSpec) -> Any:
-    return tensor.permute(0, *range(2, tensor.dim()), 1).view(spec.grouped)
+    """A caller's PyTorch-shaped (channels-last) tensor as the kernel's grouped shape (same bytes)."""
+    return tensor.permute(0, *range(2, tensor.dim()), 1).view(spec.kernel)
+
+
+def _kernel_view(tensor: Any, spec: OperandSpec) -> Any:
+    """A caller's grouped-shape (contiguous) tensor as the kernel's grouped shape (same bytes)."""
+    return tensor if spec.kernel == spec.grouped else tensor.view(spec.kernel)
 
 
 def _bind(value: Any, tensors: tuple) -> Any:
@@ -506,17 +519,22 @@ def build_plan(problem: ConvProblem, config: KernelConfig, backend: Backend | st
 
     backend = Backend(backend)
     template = template_for(config)
-    shapes = problem.operand_shapes
-    operands = tuple(OperandSpec(name, shape, pytorch_shape(shape, weight=weight), weight)
-                     for (name, weight), shape in zip(_OPERANDS[problem.direction], shapes))
+    # A 2D kernel on a 3D problem (ConvProblem.planar) plans the 2D problem; the caller's tensors keep the
+    # 3D problem's shapes and are the same bytes. (A kernel that supports neither form plans the problem
+    # itself: the plan is refused on use, `unsupported`.)
+    kernel_problem = problem.kernel_problem(config.ndim) or problem
+    operands = tuple(OperandSpec(name, shape, pytorch_shape(shape, weight=weight), weight, kernel_shape)
+                     for (name, weight), shape, kernel_shape in zip(_OPERANDS[problem.direction],
+                                                                    problem.operand_shapes,
+                                                                    kernel_problem.operand_shapes))
     programs = template.programs(config)
     binaries = None
     if backend is Backend.COMPILED:
         if loader is None:
             raise LaunchError("loader: the compiled backend needs a loader (e.g. Registry.loader())")
         binaries = loader(config)
-    workspace_elements = template.workspace_elements(problem, config)
-    launches, untraced = _trace(template, problem, config, workspace_elements, programs)
+    workspace_elements = template.workspace_elements(kernel_problem, config)
+    launches, untraced = _trace(template, kernel_problem, config, workspace_elements, programs)
     grid_error = next((f"groups: grid {launch.grid} exceeds {MAX_GRID_YZ} on its 2nd/3rd axis"
                        for launch in launches if launch.grid[1] > MAX_GRID_YZ or launch.grid[2] > MAX_GRID_YZ), "")
     runners: tuple = ()
@@ -524,7 +542,8 @@ def build_plan(problem: ConvProblem, config: KernelConfig, backend: Backend | st
         # binary[grid] once: the grid is the plan's, the stream is looked up by the runner per call.
         runners = tuple(None if launch.empty else binaries[launch.program][launch.grid] for launch in launches)
     support = is_supported(problem, config)
-    return LaunchPlan(problem=problem, config=config, backend=backend, template=template, operands=operands,
+    return LaunchPlan(problem=problem, config=config, backend=backend, template=template,
+                      kernel_problem=kernel_problem, operands=operands,
                       dtype=torch_dtype(problem.dtype),
                       memory_format=torch.channels_last if problem.ndim == 2 else torch.channels_last_3d,
                       unsupported="" if support else support.reason, workspace_elements=workspace_elements,

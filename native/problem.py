@@ -18,6 +18,7 @@ clamped or guessed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -281,6 +282,55 @@ class ConvProblem:
     def class_label(self) -> str:
         """e.g. ``2d_depthwise``: the class used in reports."""
         return f"{self.ndim}d_{self.problem_class.value}"
+
+    @functools.cached_property
+    def planar(self) -> ConvProblem | None:
+        """The 2D problem this 3D one is, over the same bytes, when one axis of the filter does nothing
+        but map positions one to one; ``None`` when there is none (and for 2D problems).
+
+        * Spatial filter (``1, fH, fW``; depth stride 1, no depth padding): output depth ``d`` reads only
+          input depth ``d``, so the problem is a 2D convolution of ``N·D`` images ``H × W``:
+          ``N, D, H, W, G, C`` memory is ``(N·D), H, W, G, C`` memory, and the same holds for the output;
+          the weight ``G, K, 1, fH, fW, C`` is ``G, K, fH, fW, C``.
+        * Temporal filter (``fD, 1, 1``; stride 1 and no padding in H and W): each (h, w) column is its own
+          1D convolution along depth, so the problem is a 2D convolution of ``N`` images ``D × (H·W)``
+          with a ``fD × 1`` filter: ``N, D, H, W, G, C`` memory is ``N, D, (H·W), G, C`` memory.
+
+        A ``1 × 1 × 1`` filter at stride 1 without padding is both; the spatial form is used. Dilation
+        along a 1-tap axis changes nothing and becomes 1. Element counts, and so 32-bit indexing, are
+        unchanged; 2D kernels running it see exactly the 3D problem's work."""
+        if self.ndim != 3:
+            return None
+        depth_idle = self.filter_size[0] == 1 and self.stride[0] == 1 and self.pad_begin[0] == self.pad_end[0] == 0
+        plane_idle = (self.filter_size[1:] == (1, 1) and self.stride[1:] == (1, 1)
+                      and self.pad_begin[1:] == (0, 0) and self.pad_end[1:] == (0, 0))
+        if depth_idle:
+            depth = self.input_size[0]
+            return dataclasses.replace(self, batch=self.batch * depth, input_size=self.input_size[1:],
+                                       filter_size=self.filter_size[1:], stride=self.stride[1:],
+                                       dilation=self.dilation[1:], pad_begin=self.pad_begin[1:],
+                                       pad_end=self.pad_end[1:])
+        if plane_idle:
+            depth, height, width = self.input_size
+            return dataclasses.replace(self, input_size=(depth, height * width), filter_size=(self.filter_size[0], 1),
+                                       stride=(self.stride[0], 1), dilation=(self.dilation[0], 1),
+                                       pad_begin=(self.pad_begin[0], 0), pad_end=(self.pad_end[0], 0))
+        return None
+
+    @property
+    def canonical(self) -> ConvProblem:
+        """The form kernels are selected for: :attr:`planar` where there is one (its 2D kernels run the
+        problem over the same bytes, and the 2D families include every 3D one), else the problem itself."""
+        return self.planar or self
+
+    def kernel_problem(self, kernel_ndim: int) -> ConvProblem | None:
+        """The problem a ``kernel_ndim``-D kernel runs for this one: itself, its :attr:`planar` form (a 2D
+        kernel on a 3D problem), or ``None`` when a kernel of that rank cannot run it."""
+        if kernel_ndim == self.ndim:
+            return self
+        if kernel_ndim == 2:
+            return self.planar
+        return None
 
     # ---- identity and serialisation ------------------------------------------------------
     @property

@@ -33,13 +33,24 @@ _YES = Support(True)
 
 
 def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
-    """``Support(True)`` or ``Support(False, reason)``; the reason names the problem field."""
+    """``Support(True)`` or ``Support(False, reason)``; the reason names the problem field.
+
+    A 2D kernel supports a 3D problem that is a 2D one (:attr:`ConvProblem.planar`) when it supports that
+    2D problem; the launchers run it there over the same bytes."""
     if config.direction is not problem.direction:
         return Support(False, f"direction: kernel is {config.direction.value}, problem is {problem.direction.value}")
     if config.dtype is not problem.dtype:
         return Support(False, f"dtype: kernel is {config.dtype.value}, problem is {problem.dtype.value}")
     if config.ndim != problem.ndim:
-        return Support(False, f"ndim: kernel is {config.ndim}d, problem is {problem.ndim}d")
+        planar = problem.kernel_problem(config.ndim)
+        if planar is None:
+            why = (" (only a 3D problem with a 1-deep filter or a 1x1 plane filter is a 2D one)"
+                   if config.ndim == 2 else "")
+            return Support(False, f"ndim: kernel is {config.ndim}d, problem is {problem.ndim}d{why}")
+        support = is_supported(planar, config)
+        if support:
+            return support
+        return Support(False, f"{support.reason} (as the 2D problem {planar.key})")
     if problem.needs_int64_index and not config.index64:
         largest = max(problem.input_elements, problem.weight_elements, problem.output_elements)
         return Support(False, f"input/weight/output: a tensor has {largest} elements (> 2^31-1); "

@@ -79,7 +79,9 @@ class Catalog:
                        field=field)
 
     def for_problem(self, problem: ConvProblem) -> tuple[KernelConfig, ...]:
-        return self._index.get((problem.direction, problem.dtype, problem.ndim), ())
+        """The kernels of the problem's direction, dtype and rank: of its :attr:`~ConvProblem.canonical`
+        form, so 2D kernels for a 3D problem that is a 2D one."""
+        return self._index.get((problem.direction, problem.dtype, problem.canonical.ndim), ())
 
     def candidates(self, problem: ConvProblem, families: frozenset[Family] = frozenset()) -> list[KernelConfig]:
         """Kernels that support ``problem`` (of ``families`` when given), quarantined ones left out."""

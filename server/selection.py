@@ -172,8 +172,9 @@ class Selector:
             families = sorted(f.value for f in query.families)
             raise Unimplemented(f"no kernel{' of families ' + str(families) if families else ''} in "
                                 f"{self.catalog.source} supports this problem ({problem.key})", field="problem")
-        # The ranker's order where the model has one, else ascending predicted µs (ties keep name order).
-        ranking = rank(predictor, problem, configs)
+        # The ranker's order where the model has one, else ascending predicted µs (ties keep name order);
+        # of the problem the candidates run (a 3D problem that is a 2D one: its 2D form, as trained).
+        ranking = rank(predictor, problem.canonical, configs)
         return ([Candidate(configs[i], float(ranking.predicted_us[i])) for i in ranking.order],
                 [Candidate(configs[i], float(ranking.predicted_us[i])) for i in ranking.unranked])
 

@@ -210,7 +210,9 @@ DEFAULT_SLICES = {(d, t, n): rule_slice("default", d, t, n) for d in Direction f
 
 
 def check_coverage(p: ConvProblem) -> None:
-    configs = DEFAULT_SLICES[(p.direction, p.dtype, p.ndim)]
+    """Some default kernel of the rank selection offers (2D for a 3D problem that is a 2D one) supports
+    ``p``; every refusal names a field."""
+    configs = DEFAULT_SLICES[(p.direction, p.dtype, p.canonical.ndim)]
     answers = [(c, is_supported(p, c)) for c in configs]
     chosen = [c for c, s in answers if s]
     assert chosen, f"no default kernel supports {p.key}"
@@ -232,6 +234,37 @@ def test_every_valid_problem_has_a_default_kernel(p):
 def test_every_huge_problem_has_a_default_kernel(p):
     assert p.needs_int64_index
     check_coverage(p)
+
+
+def _planar_3d(p: ConvProblem) -> ConvProblem:
+    """``p`` as a 3D problem with an idle depth axis (two depths, a 1-deep filter, no depth stride or pad)."""
+    plane = slice(-2, None)
+    return dataclasses.replace(p, input_size=(2, *p.input_size[plane]), filter_size=(1, *p.filter_size[plane]),
+                               stride=(1, *p.stride[plane]), dilation=(1, *p.dilation[plane]),
+                               pad_begin=(0, *p.pad_begin[plane]), pad_end=(0, *p.pad_end[plane]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(any_problems())
+def test_every_planar_3d_problem_has_a_2d_default_kernel(p):
+    """Selection offers only 2D kernels for a 3D problem that is a 2D one: one must support it."""
+    planar = _planar_3d(p)
+    assert planar.planar is not None
+    check_coverage(planar)
+
+
+def test_2d_kernel_supports_a_3d_problem_as_its_planar_form():
+    depthwise = problem(batch=4, groups=24, in_channels=24, out_channels=24, input_size=(56, 56))
+    config = kernel(Family.DIRECT)
+    assert is_supported(depthwise, config)
+    planar_3d = _planar_3d(depthwise)
+    assert is_supported(planar_3d, config)
+    deep = dataclasses.replace(planar_3d, filter_size=(3, 3, 3), pad_begin=(1, 1, 1), pad_end=(1, 1, 1))
+    refusal = is_supported(deep, config)
+    assert not refusal and refusal.reason.startswith("ndim: kernel is 2d, problem is 3d (only a 3D problem")
+    odd = dataclasses.replace(planar_3d, groups=5, in_channels=5, out_channels=5)
+    refusal = is_supported(odd, kernel(Family.DIRECT, vec=8))
+    assert not refusal and "(as the 2D problem " in refusal.reason and refusal.reason.startswith("in_channels")
 
 
 def test_dev_suite_like_problems_have_fast_kernels():

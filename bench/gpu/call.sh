@@ -41,6 +41,9 @@
 #   variants: for each value v of $VARIANTS, export $VARIANT_ENV=v (a source switch a probe commit carries), build
 #             the default registry again (only the switched kernels compile) and bench the dev suite with
 #             $VARIANT_ARGS (e.g. --direction bwd_weight --families igemm,gmerge,gemm1x1) into $WORK/variant_v.
+#   planar:   3D problems that are 2D ones: kernel and PyTorch GPU tests on them (TESTS=0: none), then the 29 3D
+#             problems of the seed-7 synthetic sample x 3 directions (--oracle-only) into $WORK/synthetic_3d and its
+#             report (resumes on a warm machine).
 #   dev:      the dev suite (../shared/bench/dev_suite.json), every default kernel and cuDNN (DEV_ARGS: e.g.
 #             --oracle-only), and its
 #             report.
@@ -96,7 +99,7 @@ complete_new() {
     --cache-dir "$3" --out "$WORK/complete_new_${kind}_$d" >> "$WORK/logs/complete_new_${kind}_$d.txt" 2>&1
   echo "complete new $kind $d rc $?"; grep -E "^bench: completing" "$WORK/logs/complete_new_${kind}_$d.txt" | tail -1; tail -1 "$WORK/logs/complete_new_${kind}_$d.txt"
 }
-case ${1:?synth, complete, torch, refresh, new, probe, configs, l1, dwrow, dwrun, dwrun_data, dwrun_pair, flat, harness, held, tests, variants or dev} in
+case ${1:?synth, complete, torch, planar, refresh, new, probe, configs, l1, dwrow, dwrun, dwrun_data, dwrun_pair, flat, harness, held, tests, variants or dev} in
   synth) synth ;;
   complete)
     M=models/data/measured
@@ -135,6 +138,27 @@ case ${1:?synth, complete, torch, refresh, new, probe, configs, l1, dwrow, dwrun
       grep -E "median" "$WORK/logs/call_cost.txt" "$WORK/logs/call_cost_grouped.txt"
     fi
     [ "${E2E:-1}" = 0 ] || TILEDISPATCH_REGISTRY_DIR="$REG" timeout "$(left)" python3 bench/torch_e2e.py --cuda-graph ${E2E_ARGS:-} --models ${MODELS:-mobilenet_v2,convnext_tiny,resnext50_32x4d} --batches ${BATCHES:-32,128} --steps ${STEPS:-2} --rounds ${ROUNDS:-45} --warmup ${WARMUP:-3} --out-dir "$WORK/torch_e2e" > "$WORK/logs/torch_e2e.txt" 2>&1; echo "e2e rc $?"; grep -E "batch|speedup|CUDA graphs" "$WORK/logs/torch_e2e.txt" | tail -20
+    ;;
+  planar)
+    export TILEDISPATCH_TORCH_EXT_DIR=$WORK/torch_ext
+    # 3D problems that are 2D ones (ConvProblem.planar): the kernel GPU tests on them (their own registry) and the
+    # PyTorch ones (r2plus1d_18's (2+1)D layers, the depthwise planar layers; TESTS=0: none), then the 3D problems of
+    # the synthetic sample (seed 7, 100 problems: 29 3D, 16 of them planar) x 3 directions, every default kernel
+    # (3D and, on planar problems, 2D) and cuDNN, --oracle-only, into $WORK/synthetic_3d (resumes), and its report.
+    if [ "${TESTS:-1}" != 0 ]; then
+      TILEDISPATCH_TEST_REGISTRY="$WORK/test_registry" timeout "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider \
+        tests/kernels/test_gpu.py -k "planar" > "$WORK/logs/gpu_tests_planar.txt" 2>&1; tail -3 "$WORK/logs/gpu_tests_planar.txt"
+      TILEDISPATCH_REGISTRY_DIR="$REG" timeout "$(left)" python3 -m pytest -q -s -m gpu -p no:cacheprovider \
+        tests/integrations/test_torch_gpu.py -k "planar or r2plus1d" > "$WORK/logs/gpu_tests_torch_planar.txt" 2>&1
+      grep -E "worst|passed|failed" "$WORK/logs/gpu_tests_torch_planar.txt" | tail -8
+    fi
+    python3 -c "import json; from tiledispatch.native.sampler import sample_problems as s; \
+print(json.dumps([p.to_dict() for p in s(100, seed=7) if p.ndim == 3]))" > "$WORK/synthetic_3d_problems.json"
+    timeout "$(left)" td bench --problems "$WORK/synthetic_3d_problems.json" --oracle-only --cache-dir "$REG" \
+      --out "$WORK/synthetic_3d" >> "$WORK/logs/bench_synthetic_3d.txt" 2>&1; echo "synthetic 3d rc $?"; tail -2 "$WORK/logs/bench_synthetic_3d.txt"
+    python3 bench/report.py "$WORK/synthetic_3d" --out "$WORK/report_synthetic_3d" \
+      --title "Synthetic 3D problems (seed 7): tiledispatch vs cuDNN (bf16)" 2>&1 | tail -2
+    grep -A9 "^## Targets" "$WORK/report_synthetic_3d/report.md"
     ;;
   dev)
     timeout "$(left)" td bench --problems "$TILEDISPATCH_SHARED_DIR/bench/dev_suite.json" ${DEV_ARGS:-} --cache-dir "$REG" \

@@ -6,7 +6,10 @@ random weights (nothing is downloaded), what to swap in each, and their input sh
 * ``mvit_v2_s``: the torchvision video model with depthwise 3D convs (48 of 49: attention pooling,
   3×3×3); its FLOPs are mostly attention and MLPs, so convs are a small share of its step time;
 * ``r3d_18``: a 3D conv net with no grouped conv at all (torchvision has no grouped 3D CNN):
-  its dense 3D convs are swapped (``include_dense``) to exercise the 3D paths, not as a target.
+  its dense 3D convs are swapped (``include_dense``) to exercise the 3D paths, not as a target;
+* ``r2plus1d_18``: dense (2+1)D convs, each a ``1×k×k`` spatial conv and a ``k×1×1`` temporal one: 3D
+  problems that are 2D ones (``ConvProblem.planar``), swapped (``include_dense``) so the 2D kernels run
+  3D layers through the integration; not a target either.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ CASES = {
         ModelCase("convnext_tiny", (3, 224, 224), batches=(32, 128)),
         ModelCase("mvit_v2_s", (3, 16, 224, 224), batches=(4, 16)),
         ModelCase("r3d_18", (3, 16, 112, 112), swap=dict(include_dense=True), mostly_grouped=False,
+                  batches=(8, 32)),
+        ModelCase("r2plus1d_18", (3, 16, 112, 112), swap=dict(include_dense=True), mostly_grouped=False,
                   batches=(8, 32)),
     )
 }

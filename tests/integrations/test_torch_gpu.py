@@ -43,7 +43,8 @@ pytest.importorskip("triton")
 pytestmark = pytest.mark.gpu
 LIMIT = RELATIVE_ERROR_LIMIT[DType.BF16]
 #: Small batches keep the float64 reference quick; shapes are the models' own otherwise.
-TEST_BATCH = {"resnext50_32x4d": 4, "mobilenet_v2": 4, "convnext_tiny": 4, "mvit_v2_s": 2, "r3d_18": 2}
+TEST_BATCH = {"resnext50_32x4d": 4, "mobilenet_v2": 4, "convnext_tiny": 4, "mvit_v2_s": 2, "r3d_18": 2,
+              "r2plus1d_18": 2}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -224,6 +225,39 @@ def test_torch_compile_inductor_on_gpu(gpu_runtime):
     print(f"\ninductor vs eager: output {ours['output']:.3g} (cuDNN {theirs['output']:.3g}), grad_input "
           f"{ours['grad_input']:.3g} (cuDNN {theirs['grad_input']:.3g})")
     assert not bad, f"beyond max({LIMIT}, 2 x cuDNN's compiled-vs-eager difference): {bad}"
+
+
+def test_planar_3d_layers_run_on_2d_kernels(gpu_runtime):
+    """Depthwise (2+1)D layers (a 1x3x3 spatial conv with odd channels, a 3x1x1 temporal one): 3D problems that
+    are 2D ones. Selection hands them 2D kernels, which run on the 3D channels_last_3d tensors: output and both
+    gradients within DESIGN §4 of float64."""
+    from tiledispatch.integrations.torch import swap_convs
+
+    torch.manual_seed(0)
+    channels = 23
+    model = torch.nn.Sequential(
+        torch.nn.Conv3d(channels, channels, (1, 3, 3), padding=(0, 1, 1), groups=channels, bias=False),
+        torch.nn.Conv3d(channels, channels, (3, 1, 1), padding=(1, 0, 0), groups=channels, bias=False),
+    ).cuda().to(torch.bfloat16, memory_format=torch.channels_last_3d)
+    reference = copy.deepcopy(model).double()
+    swapped = swap_convs(copy.deepcopy(model))
+    assert len(_swapped_names(swapped)) == 2
+    x = torch.randn(4, channels, 6, 20, 20, device="cuda").to(torch.bfloat16)
+    x = x.contiguous(memory_format=torch.channels_last_3d)
+    grad = torch.randn(4, channels, 6, 20, 20, device="cuda").to(torch.bfloat16)
+    runs = {}
+    for label, net, dtype in (("ours", swapped, torch.bfloat16), ("float64", reference, torch.float64)):
+        x_in = x.to(dtype).requires_grad_()
+        out = net(x_in)
+        out.backward(grad.to(dtype))
+        runs[label] = {"output": out.detach(), "grad_input": x_in.grad,
+                       **{n: p.grad for n, p in net.named_parameters()}}
+    errors = {k: _rel(runs["ours"][k], runs["float64"][k]) for k in runs["float64"]}
+    assert all(e <= LIMIT for e in errors.values()), errors
+    chosen = {key: choice.config for key, choice in gpu_runtime.selector.cached().items()}
+    planar = {key: config for key, config in chosen.items() if "|3d|" in str(key)}
+    assert planar, chosen
+    assert all(config.ndim == 2 for config in planar.values()), {k: c.name for k, c in planar.items()}
 
 
 def test_kernels_run_on_the_callers_stream(gpu_runtime):

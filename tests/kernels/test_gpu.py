@@ -8,6 +8,7 @@ random small problems with odd channel counts.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -203,6 +204,42 @@ def test_random_depthwise_runs(registry, dtype, ndim, seed):
     rng = random.Random(f"dwrun-{dtype}-{ndim}-{seed}-{random.random()}")
     problem = _random_depthwise_runs_problem(rng, ndim, dtype)
     configs = [c for c in registry.configs if c.family is Family.DWRUN and c.dtype is dtype and c.ndim == ndim]
+    assert not _check(problem, registry, configs), problem.key
+
+
+def _planar_3d(rng: random.Random, flat: ConvProblem) -> ConvProblem:
+    """A 3D problem that is ``flat`` (ConvProblem.planar): its images split over 1-4 depths of a 1-deep filter
+    (depth dilation drawn: idle), or, where ``flat``'s columns are idle (1 wide, stride 1, unpadded), its rows
+    become depth and its columns an H x W plane."""
+    idle_columns = (flat.filter_size[1] == 1 and flat.stride[1] == 1 and flat.pad_begin[1] == flat.pad_end[1] == 0)
+    if idle_columns and rng.random() < 0.5:
+        width = flat.input_size[1]
+        height = next(h for h in (3, 2, 1) if width % h == 0)
+        return dataclasses.replace(
+            flat, input_size=(flat.input_size[0], height, width // height), filter_size=(flat.filter_size[0], 1, 1),
+            stride=(flat.stride[0], 1, 1), dilation=(flat.dilation[0], rng.choice([1, 2]), 1),
+            pad_begin=(flat.pad_begin[0], 0, 0), pad_end=(flat.pad_end[0], 0, 0))
+    depth = rng.randint(1, 4)
+    return dataclasses.replace(
+        flat, batch=max(1, flat.batch // depth), input_size=(depth, *flat.input_size),
+        filter_size=(1, *flat.filter_size), stride=(1, *flat.stride), dilation=(rng.choice([1, 3]), *flat.dilation),
+        pad_begin=(0, *flat.pad_begin), pad_end=(0, *flat.pad_end))
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.value)
+@pytest.mark.parametrize("direction", list(Direction), ids=lambda d: d.value)
+def test_random_planar_3d_problems_on_2d_kernels(registry, direction, dtype, seed):
+    """3D problems that are 2D ones, run by every 2D kernel that supports their 2D form, on the 3D tensors:
+    odd shapes (seeds 0, 1) and depthwise runs (2, 3: the dwrun data kernels, 2D only)."""
+    rng = random.Random(f"planar-{direction}-{dtype}-{seed}-{random.random()}")
+    if seed < 2:
+        flat = _random_problem(rng, 2, direction, dtype)
+    else:
+        flat = dataclasses.replace(_random_depthwise_runs_problem(rng, 2, dtype), direction=direction)
+    problem = _planar_3d(rng, flat)
+    assert problem.planar is not None, problem.key
+    configs = [c for c in registry.configs if c.direction is direction and c.dtype is dtype and c.ndim == 2]
     assert not _check(problem, registry, configs), problem.key
 
 

@@ -272,7 +272,7 @@ def test_channels_last_check_is_as_grouped_s(ndim):
     shapes = [spec.pytorch, (1, *spec.pytorch[1:]), (spec.pytorch[0], spec.pytorch[1], *(1,) * ndim)]
     checked = 0
     for shape in shapes:
-        grouped_spec = launch.OperandSpec(spec.name, _grouped_of(shape), shape, False)
+        grouped_spec = launch.OperandSpec(spec.name, _grouped_of(shape), shape, False, _grouped_of(shape))
         for _ in range(300):
             order = list(range(len(shape)))
             rng.shuffle(order)

@@ -243,3 +243,30 @@ def test_measurements_of_another_build_of_a_kernel_are_not_evidence(tmp_path):
         assert selection.source is Source.TUNING_DB and selection.best.config.name == name
     finally:
         db.close()
+
+
+def test_planar_3d_problem_is_selected_among_2d_kernels(parts):
+    """A 3D problem with a 1-deep filter is the 2D problem over N·D images: the catalog offers the 2D
+    kernels that run that (the dwrun data kernels are 2D only) and the answer's kernels are 2D, ranked on
+    the 2D form."""
+    selector, _, _ = parts
+    depthwise = problem(groups=24, in_channels=24, out_channels=24, input_size=(5, 37, 37), filter_size=(1, 3, 3),
+                        stride=(1, 1, 1), dilation=(1, 1, 1), pad_begin=(0, 1, 1), pad_end=(0, 1, 1), batch=8)
+    assert depthwise.planar is not None
+    candidates = selector.catalog.candidates(depthwise)
+    assert candidates and {c.ndim for c in candidates} == {2}
+    assert {c.family for c in candidates} >= {Family.DWRUN, Family.DIRECT}
+    selection = selector.select(SelectQuery(depthwise, top_k=5))
+    assert all(c.config.ndim == 2 for c in selection.candidates)
+    assert selection.problem_key == depthwise.key  # answered for the problem asked
+    # the 2D form's own ranking: the same kernels in the same order
+    flat = selector.select(SelectQuery(depthwise.planar, top_k=5))
+    assert [c.config.name for c in selection.candidates] == [c.config.name for c in flat.candidates]
+
+
+def test_3d_problem_with_a_deep_filter_keeps_3d_kernels(parts):
+    selector, _, _ = parts
+    depthwise = problem(groups=24, in_channels=24, out_channels=24, input_size=(5, 12, 12), filter_size=(3, 3, 3),
+                        stride=(1, 1, 1), dilation=(1, 1, 1), pad_begin=(1, 1, 1), pad_end=(1, 1, 1))
+    assert depthwise.planar is None
+    assert {c.ndim for c in selector.catalog.candidates(depthwise)} == {3}

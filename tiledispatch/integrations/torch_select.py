@@ -207,13 +207,16 @@ class KernelSelector:
 
     # ---- local -----------------------------------------------------------------------------------
     def pool_for(self, problem: ConvProblem) -> list[KernelConfig]:
+        """The kernels of the problem's direction, dtype and rank: of its canonical form (2D kernels for a
+        3D problem that is a 2D one, as the service's catalog)."""
+        ndim = problem.canonical.ndim
         if self._pool is not None:
             return [c for c in self._pool if c.direction is problem.direction and c.dtype is problem.dtype
-                    and c.ndim == problem.ndim]
+                    and c.ndim == ndim]
         from tiledispatch.native.rules import rule_set_configs
 
         return rule_set_configs(self.rule_set, self.spec.arch, directions=[problem.direction],
-                                dtypes=[problem.dtype], ndims=[problem.ndim])
+                                dtypes=[problem.dtype], ndims=[ndim])
 
     def rank_local(self, problem: ConvProblem) -> list[tuple[KernelConfig, float]]:
         """Every runnable kernel with its predicted µs, best first (ties in name order)."""
@@ -222,7 +225,8 @@ class KernelSelector:
             return []
         from tiledispatch.models.predictor import rank
 
-        ranking = rank(self.predictor_for(problem), problem, configs)  # the ranker's order where there is one
+        # The ranker's order where there is one, on the problem the candidates run (its canonical form).
+        ranking = rank(self.predictor_for(problem), problem.canonical, configs)
         return [(configs[i], float(ranking.predicted_us[i])) for i in ranking.order]
 
     def _select_local(self, problem: ConvProblem, start: float) -> Choice:
