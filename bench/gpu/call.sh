@@ -41,9 +41,9 @@
 #   variants: for each value v of $VARIANTS, export $VARIANT_ENV=v (a source switch a probe commit carries), build
 #             the default registry again (only the switched kernels compile) and bench the dev suite with
 #             $VARIANT_ARGS (e.g. --direction bwd_weight --families igemm,gmerge,gemm1x1) into $WORK/variant_v.
-#   planar:   3D problems that are 2D ones: kernel and PyTorch GPU tests on them (TESTS=0: none), then the 29 3D
-#             problems of the seed-7 synthetic sample x 3 directions (--oracle-only) into $WORK/synthetic_3d and its
-#             report (resumes on a warm machine).
+#   planar:   3D problems that are 2D ones: kernel and PyTorch GPU tests on them (TESTS=0: none; KERNEL_TESTS=0: not
+#             the kernels'; TORCH_TESTS: the PyTorch ones' -k), then (SWEEP=0: not) the 29 3D problems of the seed-7
+#             synthetic sample x 3 directions (--oracle-only) into $WORK/synthetic_3d and its report (resumes).
 #   dev:      the dev suite (../shared/bench/dev_suite.json), every default kernel and cuDNN (DEV_ARGS: e.g.
 #             --oracle-only), and its
 #             report.
@@ -146,12 +146,14 @@ case ${1:?synth, complete, torch, planar, refresh, new, probe, configs, l1, dwro
     # the synthetic sample (seed 7, 100 problems: 29 3D, 16 of them planar) x 3 directions, every default kernel
     # (3D and, on planar problems, 2D) and cuDNN, --oracle-only, into $WORK/synthetic_3d (resumes), and its report.
     if [ "${TESTS:-1}" != 0 ]; then
-      TILEDISPATCH_TEST_REGISTRY="$WORK/test_registry" timeout "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider \
-        tests/kernels/test_gpu.py -k "planar" > "$WORK/logs/gpu_tests_planar.txt" 2>&1; tail -3 "$WORK/logs/gpu_tests_planar.txt"
+      [ "${KERNEL_TESTS:-1}" = 0 ] || { TILEDISPATCH_TEST_REGISTRY="$WORK/test_registry" timeout "$(left)" python3 -m pytest -q \
+        -m gpu -p no:cacheprovider tests/kernels/test_gpu.py -k "planar" > "$WORK/logs/gpu_tests_planar.txt" 2>&1
+        tail -3 "$WORK/logs/gpu_tests_planar.txt"; }
       TILEDISPATCH_REGISTRY_DIR="$REG" timeout "$(left)" python3 -m pytest -q -s -m gpu -p no:cacheprovider \
-        tests/integrations/test_torch_gpu.py -k "planar or r2plus1d" > "$WORK/logs/gpu_tests_torch_planar.txt" 2>&1
+        tests/integrations/test_torch_gpu.py -k "${TORCH_TESTS:-planar or r2plus1d}" > "$WORK/logs/gpu_tests_torch_planar.txt" 2>&1
       grep -E "worst|passed|failed" "$WORK/logs/gpu_tests_torch_planar.txt" | tail -8
     fi
+    [ "${SWEEP:-1}" = 0 ] && exit 0
     python3 -c "import json; from tiledispatch.native.sampler import sample_problems as s; \
 print(json.dumps([p.to_dict() for p in s(100, seed=7) if p.ndim == 3]))" > "$WORK/synthetic_3d_problems.json"
     timeout "$(left)" td bench --problems "$WORK/synthetic_3d_problems.json" --oracle-only --cache-dir "$REG" \

@@ -247,7 +247,7 @@ def test_planar_3d_layers_run_on_2d_kernels(gpu_runtime):
     grad = torch.randn(4, channels, 6, 20, 20, device="cuda").to(torch.bfloat16)
     runs = {}
     for label, net, dtype in (("ours", swapped, torch.bfloat16), ("float64", reference, torch.float64)):
-        x_in = x.to(dtype).requires_grad_()
+        x_in = x.detach().to(dtype, copy=True).requires_grad_()  # a leaf of its own in each run
         out = net(x_in)
         out.backward(grad.to(dtype))
         runs[label] = {"output": out.detach(), "grad_input": x_in.grad,
