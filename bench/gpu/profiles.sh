@@ -2,7 +2,7 @@
 # Nsight Compute profiles of the kernels that decide the missed targets (issue 3): one text report per
 # (kernel, problem) in $WORK/ncu/, the full section set of the main program's second launch (the
 # first call warms caches and loads the binary; packing/reduce/weight-transposition programs are filtered out
-# by name; the main programs are the igemm, direct, gwalk and dwroll kernels).
+# by name; the main programs are the igemm, direct, gwalk, dwroll and dwrun kernels).
 # Needs the registry (REGISTRY, default $WORK/registry) and runs from the tree in REPO (default /tmp/repo, as
 # final.sh prepares it).
 #   bash bench/gpu/profiles.sh            # PROFILES overrides the list: "kernel@problem-key ..."
@@ -28,7 +28,7 @@ index=0
 for entry in $PROFILES; do
   kernel=${entry%%@*}; problem=${entry#*@}; index=$((index + 1))
   timeout 120 "$NCU" --clock-control none --set full --import-source no \
-    -k "regex:^_(igemm|direct)_(fwd|bwd_data|bwd_weight)|^_gwalk|^_dwroll_" --launch-skip 1 --launch-count 1 \
+    -k "regex:^_(igemm|direct)_(fwd|bwd_data|bwd_weight)|^_gwalk|^_dwroll_|^_dwrun_" --launch-skip 1 --launch-count 1 \
     python3 bench/profile_kernel.py --registry "${REGISTRY:-$WORK/registry}" --kernel "$kernel" --problem "$problem" \
     > "$WORK/ncu/$(printf %02d $index)_$kernel.txt" 2>&1
   echo "profile $index $kernel: $(grep -E "^\s+Duration" "$WORK/ncu/$(printf %02d $index)_$kernel.txt" | head -1)"
