@@ -15,14 +15,17 @@ gconv_fwd_bf16_3d_gmerge_128x64x32_w8_s2_gm8_sk1_mg16_v1_i32@fwd|$M3
 gconv_bwd_data_bf16_3d_direct_64x32x1_w4_s1_gm1_sk1_mg1_v1_i32@bwd_data|$M3
 gconv_fwd_bf16_2d_dwrun_8x16x3_w2_s2_gm4_sk1_mg1_v1_i32@fwd|$P
 gconv_fwd_bf16_3d_direct_128x16x1_w4_s1_gm1_sk1_mg1_v8_i32@fwd|$E"
-python3 - <<'PY'
+# (a file with a main guard: the build's worker processes import it)
+cat > /tmp/build_profiled.py <<'PY'
 import os
 from tiledispatch.native.configs import parse_kernel_name
 from tiledispatch.native.registry import build
-names = [e.split("@")[0] for e in os.environ["PROFILES"].split()]
-r = build([parse_kernel_name(n) for n in names], arch="sm_90", cache_dir="/tmp/prof_reg", workers=8)
-print({x.kernel: x.status for x in r})
+if __name__ == "__main__":
+    names = [e.split("@")[0] for e in os.environ["PROFILES"].split()]
+    r = build([parse_kernel_name(n) for n in names], arch="sm_90", cache_dir="/tmp/prof_reg", workers=8)
+    print({x.kernel: x.status for x in r})
 PY
+python3 /tmp/build_profiled.py
 mkdir -p /tmp/tdwork && rm -rf /tmp/tdwork/ncu
 REPO=$PWD REGISTRY=/tmp/prof_reg WORK=/tmp/tdwork bash bench/gpu/profiles.sh
 cd /tmp/tdwork && tar czf $OUT/results.tar.gz ncu
