@@ -85,6 +85,18 @@ SHAPES_3D = {
     "stride1_grouped": dict(batch=2, groups=2, in_channels=32, out_channels=32, input_size=(3, 4, 5),
                             filter_size=(2, 3, 3), stride=(1, 1, 1), dilation=(2, 1, 1), pad_begin=(1, 1, 0),
                             pad_end=(1, 0, 1)),
+    # Planar (ConvProblem.planar), for the 2D kernels: a 1-deep filter over 3 depths (dilated depth: idle),
+    # depthwise, 16 channels (N·D = 6 images); odd channels (what the 3D vec-1 direct kernels ran slowly) with
+    # asymmetric pads; a 3x1x1 temporal filter, grouped with odd counts, depth stride 2, asymmetric depth pads.
+    "planar_spatial_depthwise": dict(batch=2, groups=16, in_channels=16, out_channels=16, input_size=(3, 7, 9),
+                                     filter_size=(1, 3, 3), stride=(1, 1, 1), dilation=(2, 1, 1),
+                                     pad_begin=(0, 1, 1), pad_end=(0, 1, 1)),
+    "planar_spatial_odd": dict(batch=3, groups=5, in_channels=5, out_channels=5, input_size=(2, 6, 7),
+                               filter_size=(1, 3, 3), stride=(1, 1, 1), dilation=(1, 1, 1), pad_begin=(0, 1, 0),
+                               pad_end=(0, 0, 1)),
+    "planar_temporal_grouped": dict(batch=2, groups=2, in_channels=6, out_channels=4, input_size=(7, 3, 4),
+                                    filter_size=(3, 1, 1), stride=(2, 1, 1), dilation=(1, 1, 1), pad_begin=(1, 0, 0),
+                                    pad_end=(0, 0, 0)),
 }
 
 # Which shapes each family is exercised on (each must be supported by the family).

@@ -9,7 +9,7 @@ import pytest
 from tests.kernels.cases import case_id, cases, problem, small_config
 from tiledispatch.native.accuracy import RELATIVE_ERROR_LIMIT
 from tiledispatch.native.configs import Family
-from tiledispatch.native.problem import ConvProblem, Direction, DType
+from tiledispatch.native.problem import Direction, DType
 from tiledispatch.native.support import is_supported
 
 torch = pytest.importorskip("torch")
@@ -94,28 +94,15 @@ def test_backward_weight_flat_program_matches_float64_reference(family, label, m
     _check_against_reference(prob, config)
 
 
-#: 3D problems that are 2D ones (ConvProblem.planar) and the 2D families run on them.
-PLANAR_SHAPES = {
-    # a 1-deep filter over 3 depths (dilated depth: idle), depthwise, 16 channels: N·D = 6 images
-    "spatial_depthwise": dict(batch=2, groups=16, in_channels=16, out_channels=16, input_size=(3, 7, 9),
-                              filter_size=(1, 3, 3), stride=(1, 1, 1), dilation=(2, 1, 1), pad_begin=(0, 1, 1),
-                              pad_end=(0, 1, 1)),
-    # odd channels (what the 3D vec-1 direct kernels ran slowly), asymmetric pads
-    "spatial_odd": dict(batch=3, groups=5, in_channels=5, out_channels=5, input_size=(2, 6, 7), filter_size=(1, 3, 3),
-                        stride=(1, 1, 1), dilation=(1, 1, 1), pad_begin=(0, 1, 0), pad_end=(0, 0, 1)),
-    # a 3x1x1 temporal filter, grouped with odd counts, depth stride 2 and asymmetric depth pads
-    "temporal_grouped": dict(batch=2, groups=2, in_channels=6, out_channels=4, input_size=(7, 3, 4),
-                             filter_size=(3, 1, 1), stride=(2, 1, 1), dilation=(1, 1, 1), pad_begin=(1, 0, 0),
-                             pad_end=(0, 0, 0)),
-}
+#: 3D problems that are 2D ones (ConvProblem.planar: cases.SHAPES_3D "planar_*") and the 2D families run on them.
 PLANAR_CASES = [
-    *[("spatial_depthwise", d, Family.DWRUN, dict(taps_w=3)) for d in Direction],
-    ("spatial_depthwise", Direction.BACKWARD_WEIGHT, Family.DWRUN, dict(taps_w=3, split_k=4)),
-    ("spatial_depthwise", Direction.FORWARD, Family.DWRUN, dict(taps_w=3, stages=2, vec=2)),
-    *[("spatial_depthwise", d, Family.DWROLL, dict(taps_w=3)) for d in Direction],
-    *[("spatial_odd", d, Family.DIRECT, {}) for d in Direction],
-    *[("spatial_odd", d, Family.DWRUN, dict(taps_w=3)) for d in Direction],
-    *[("temporal_grouped", d, f, {}) for d in Direction for f in (Family.IGEMM, Family.GMERGE, Family.DIRECT)],
+    *[("planar_spatial_depthwise", d, Family.DWRUN, dict(taps_w=3)) for d in Direction],
+    ("planar_spatial_depthwise", Direction.BACKWARD_WEIGHT, Family.DWRUN, dict(taps_w=3, split_k=4)),
+    ("planar_spatial_depthwise", Direction.FORWARD, Family.DWRUN, dict(taps_w=3, stages=2, vec=2)),
+    *[("planar_spatial_depthwise", d, Family.DWROLL, dict(taps_w=3)) for d in Direction],
+    *[("planar_spatial_odd", d, Family.DIRECT, {}) for d in Direction],
+    *[("planar_spatial_odd", d, Family.DWRUN, dict(taps_w=3)) for d in Direction],
+    *[("planar_temporal_grouped", d, f, {}) for d in Direction for f in (Family.IGEMM, Family.GMERGE, Family.DIRECT)],
 ]
 
 
@@ -125,7 +112,7 @@ PLANAR_CASES = [
 def test_2d_kernel_runs_a_planar_3d_problem(label, direction, family, variant):
     """A 2D kernel on a 3D problem that is a 2D one, given the 3D problem's tensors (fp32; fresh inputs,
     poisoned output): the 3D float64 reference's result."""
-    prob = ConvProblem(direction=direction, dtype=DType.FP32, **PLANAR_SHAPES[label])
+    prob = problem(direction, DType.FP32, 3, label)
     assert prob.planar is not None
     _check_against_reference(prob, small_config(direction, DType.FP32, 2, family, **variant))
 
@@ -135,7 +122,7 @@ def test_planar_launch_takes_pytorch_channels_last_3d_tensors(cache):
     """PyTorch-shaped NCDHW tensors in channels_last_3d memory, through the plan and the uncached path: the
     answer is PyTorch-shaped too, the bytes the 2D kernel wrote."""
     from tiledispatch.native import launch, reference
-    prob = ConvProblem(direction=Direction.FORWARD, dtype=DType.FP32, **PLANAR_SHAPES["spatial_depthwise"])
+    prob = problem(Direction.FORWARD, DType.FP32, 3, "planar_spatial_depthwise")
     config = small_config(Direction.FORWARD, DType.FP32, 2, Family.DWRUN, taps_w=3)
     x = torch.randn(2, 16, 3, 7, 9).to(memory_format=torch.channels_last_3d)
     w = torch.randn(16, 1, 1, 3, 3).to(memory_format=torch.channels_last_3d)
@@ -150,5 +137,5 @@ def test_planar_launch_takes_pytorch_channels_last_3d_tensors(cache):
 
 def test_3d_kernel_still_runs_a_planar_problem():
     """Planar problems keep their 3D kernels (the benchmark measures both; selection ranks the 2D ones)."""
-    prob = ConvProblem(direction=Direction.FORWARD, dtype=DType.FP32, **PLANAR_SHAPES["spatial_odd"])
+    prob = problem(Direction.FORWARD, DType.FP32, 3, "planar_spatial_odd")
     _check_against_reference(prob, small_config(Direction.FORWARD, DType.FP32, 3, Family.DIRECT))
