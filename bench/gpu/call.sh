@@ -66,7 +66,7 @@ start=$(date +%s)
 left() { echo $(( ${DEADLINE_S:-560} - ($(date +%s) - ${T0:-$start}) )); }
 [ "${BUILD:-1}" = 0 ] || ( time td registry build --rule-set "${RULE_SET:-default}" --arch sm_90 --workers "$(nproc)" --cache-dir "$REG" --allow-failures ) > "$WORK/logs/build_default.txt" 2>&1
 [ "${BUILD:-1}" = 0 ] || grep -v "^\s*\[" "$WORK/logs/build_default.txt" | tail -6
-SYN=$PWD/.carry/synthetic
+SYN=${SYN:-$PWD/.carry/synthetic}  # SYN=/tmp/...: a folder that survives the next call's tree copy on a warm machine
 synth() {
   mkdir -p "$SYN"
   timeout "$(left)" td bench --synthetic 100 --seed 7 --oracle-only --cache-dir "$REG" --out "$SYN" >> "$WORK/logs/bench_synth.txt" 2>&1; echo "synth rc $?"; tail -2 "$WORK/logs/bench_synth.txt"
