@@ -142,9 +142,15 @@ class Selector:
             self.generation += 1
 
     def predict(self, problem: ConvProblem, configs: Sequence[KernelConfig]) -> tuple[Predictor, np.ndarray]:
-        """The default predictor's times for these configs (for reports beside measurements)."""
+        """The default predictor's times for these configs (for reports beside measurements), each predicted
+        on the problem it runs: a 2D kernel on a planar 3D problem on its 2D form (``kernel_problem``)."""
         predictor = self.models.choose(problem.dtype, problem.direction) or self.models.analytic
-        return predictor, np.asarray(predictor.predict_us(problem, configs), dtype=np.float64)
+        predicted = np.zeros(len(configs), dtype=np.float64)
+        for ndim in sorted({c.ndim for c in configs}):
+            rows = [i for i, c in enumerate(configs) if c.ndim == ndim]
+            form = problem.kernel_problem(ndim) or problem
+            predicted[rows] = predictor.predict_us(form, [configs[i] for i in rows])
+        return predictor, predicted
 
     # ---- policy ----------------------------------------------------------------------------------
     def _predictor(self, query: SelectQuery) -> Predictor:
