@@ -160,11 +160,12 @@ def problem_rows(frame: Any, *, direction: str | None = None, dtype: str | None 
                 t = _time(graph[i], event[i])
                 if t == t and t > 0 and (kernel not in by_kernel or status == "ok"):
                     by_kernel[kernel] = (t, status == "ok")
-        if problem.planar is not None and any(parse_kernel_name(n).ndim == 2 for n in by_kernel):
+        if problem.planar is not None:
             # A 3D problem that is a 2D one is selected as that 2D problem, among 2D kernels only
-            # (ConvProblem.canonical): its rows are read so; its 3D kernels' rows are not candidates.
-            problem = problem.planar
-            by_kernel = {n: v for n, v in by_kernel.items() if parse_kernel_name(n).ndim == 2}
+            # (ConvProblem.canonical): where it has 2D-kernel rows it is read so, its 3D kernels' rows left out.
+            flat = {n: v for n, v in by_kernel.items() if parse_kernel_name(n).ndim == 2}
+            if flat:
+                problem, by_kernel = problem.planar, flat
         if not any(ok for _, ok in by_kernel.values()):
             continue
         names = sorted(by_kernel)

@@ -67,11 +67,18 @@ left() { echo $(( ${DEADLINE_S:-560} - ($(date +%s) - ${T0:-$start}) )); }
 [ "${BUILD:-1}" = 0 ] || ( time td registry build --rule-set "${RULE_SET:-default}" --arch sm_90 --workers "$(nproc)" --cache-dir "$REG" --allow-failures ) > "$WORK/logs/build_default.txt" 2>&1
 [ "${BUILD:-1}" = 0 ] || grep -v "^\s*\[" "$WORK/logs/build_default.txt" | tail -6
 SYN=${SYN:-$PWD/.carry/synthetic}  # SYN=/tmp/...: a folder that survives the next call's tree copy on a warm machine
+# sweep LOG REPORT OUT TITLE BENCH-ARGS...: an --oracle-only td bench sweep into OUT (resumes; log
+# $WORK/logs/bench_LOG.txt) until the deadline, then its report in $WORK/REPORT and the report's targets.
+sweep() {
+  local name=$1 log=$WORK/logs/bench_$1.txt report=$WORK/$2 out=$3 title=$4; shift 4
+  mkdir -p "$out"
+  timeout "$(left)" td bench "$@" --oracle-only --cache-dir "$REG" --out "$out" >> "$log" 2>&1; echo "$name rc $?"
+  tail -2 "$log"
+  python3 bench/report.py "$out" --out "$report" --title "$title" 2>&1 | tail -2
+  grep -A9 "^## Targets" "$report/report.md"
+}
 synth() {
-  mkdir -p "$SYN"
-  timeout "$(left)" td bench --synthetic 100 --seed 7 --oracle-only --cache-dir "$REG" --out "$SYN" >> "$WORK/logs/bench_synth.txt" 2>&1; echo "synth rc $?"; tail -2 "$WORK/logs/bench_synth.txt"
-  python3 bench/report.py "$SYN" --out "$WORK/report_synthetic" --title "Synthetic problems: tiledispatch vs cuDNN (bf16)" 2>&1 | tail -2
-  grep -A9 "^## Targets" "$WORK/report_synthetic/report.md"
+  sweep synth report_synthetic "$SYN" "Synthetic problems: tiledispatch vs cuDNN (bf16)" --synthetic 100 --seed 7
   cp -r "$SYN" "$WORK/synthetic"
 }
 # bench/gpu/$1_probe.py into $WORK/$1_probe, then TESTS_K's kernel GPU tests (their own registry) when set.
@@ -156,11 +163,8 @@ case ${1:?synth, complete, torch, planar, refresh, new, probe, configs, l1, dwro
     [ "${SWEEP:-1}" = 0 ] && exit 0
     python3 -c "import json; from tiledispatch.native.sampler import sample_problems as s; \
 print(json.dumps([p.to_dict() for p in s(100, seed=7) if p.ndim == 3]))" > "$WORK/synthetic_3d_problems.json"
-    timeout "$(left)" td bench --problems "$WORK/synthetic_3d_problems.json" --oracle-only --cache-dir "$REG" \
-      --out "$WORK/synthetic_3d" >> "$WORK/logs/bench_synthetic_3d.txt" 2>&1; echo "synthetic 3d rc $?"; tail -2 "$WORK/logs/bench_synthetic_3d.txt"
-    python3 bench/report.py "$WORK/synthetic_3d" --out "$WORK/report_synthetic_3d" \
-      --title "Synthetic 3D problems (seed 7): tiledispatch vs cuDNN (bf16)" 2>&1 | tail -2
-    grep -A9 "^## Targets" "$WORK/report_synthetic_3d/report.md"
+    sweep synthetic_3d report_synthetic_3d "$WORK/synthetic_3d" \
+      "Synthetic 3D problems (seed 7): tiledispatch vs cuDNN (bf16)" --problems "$WORK/synthetic_3d_problems.json"
     ;;
   dev)
     timeout "$(left)" td bench --problems "$TILEDISPATCH_SHARED_DIR/bench/dev_suite.json" ${DEV_ARGS:-} --cache-dir "$REG" \
