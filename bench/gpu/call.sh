@@ -44,6 +44,9 @@
 #   planar:   3D problems that are 2D ones: kernel and PyTorch GPU tests on them (TESTS=0: none; KERNEL_TESTS=0: not
 #             the kernels'; TORCH_TESTS: the PyTorch ones' -k), then (SWEEP=0: not) the 29 3D problems of the seed-7
 #             synthetic sample x 3 directions (--oracle-only) into $WORK/synthetic_3d and its report (resumes).
+#   multiplier: the direct kernels' multiplier binary: kernel GPU tests (TESTS=0: none; TESTS_K: their -k), then
+#             (SWEEP=0: not) the seed-7 synthetic multiplier problems and 3D depthwise ones (--oracle-only) into
+#             $WORK/multiplier (resumes) and its report.
 #   dev:      the dev suite (../shared/bench/dev_suite.json), every default kernel and cuDNN (DEV_ARGS: e.g.
 #             --oracle-only), and its
 #             report.
@@ -106,7 +109,7 @@ complete_new() {
     --cache-dir "$3" --out "$WORK/complete_new_${kind}_$d" >> "$WORK/logs/complete_new_${kind}_$d.txt" 2>&1
   echo "complete new $kind $d rc $?"; grep -E "^bench: completing" "$WORK/logs/complete_new_${kind}_$d.txt" | tail -1; tail -1 "$WORK/logs/complete_new_${kind}_$d.txt"
 }
-case ${1:?synth, complete, torch, planar, refresh, new, probe, configs, l1, dwrow, dwrun, dwrun_data, dwrun_pair, flat, harness, held, tests, variants or dev} in
+case ${1:?synth, complete, torch, planar, multiplier, refresh, new, probe, configs, l1, dwrow, dwrun, dwrun_data, dwrun_pair, flat, harness, held, tests, variants or dev} in
   synth) synth ;;
   complete)
     M=models/data/measured
@@ -165,6 +168,24 @@ case ${1:?synth, complete, torch, planar, refresh, new, probe, configs, l1, dwro
 print(json.dumps([p.to_dict() for p in s(100, seed=7) if p.ndim == 3]))" > "$WORK/synthetic_3d_problems.json"
     sweep synthetic_3d report_synthetic_3d "$WORK/synthetic_3d" \
       "Synthetic 3D problems (seed 7): tiledispatch vs cuDNN (bf16)" --problems "$WORK/synthetic_3d_problems.json"
+    ;;
+  multiplier)
+    # The direct kernels' depthwise-multiplier binary (C/G = 1, K/G > 1): the kernel GPU tests on multiplier and
+    # random odd problems (TESTS=0: not), then (SWEEP=0: not) the seed-7 synthetic sample's multiplier problems (2D
+    # and 3D) and its 3D depthwise ones x 3 directions, every default kernel and cuDNN, --oracle-only, into
+    # $WORK/multiplier (resumes on a warm machine), and its report.
+    if [ "${TESTS:-1}" != 0 ]; then
+      TILEDISPATCH_TEST_REGISTRY="$WORK/test_registry" timeout "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider \
+        tests/kernels/test_gpu.py -k "${TESTS_K:-multiplier or odd_shapes}" > "$WORK/logs/gpu_tests_multiplier.txt" 2>&1
+      tail -3 "$WORK/logs/gpu_tests_multiplier.txt"
+    fi
+    [ "${SWEEP:-1}" = 0 ] && exit 0
+    python3 -c "import json; from tiledispatch.native.sampler import sample_problems as s; \
+print(json.dumps([p.to_dict() for p in s(100, seed=7) if p.c_per_group == 1 and (p.k_per_group > 1 or p.ndim == 3)]))" \
+      > "$WORK/multiplier_problems.json"
+    sweep multiplier report_multiplier "$WORK/multiplier" \
+      "Synthetic multiplier and 3D depthwise problems (seed 7): tiledispatch vs cuDNN (bf16)" \
+      --problems "$WORK/multiplier_problems.json"
     ;;
   dev)
     timeout "$(left)" td bench --problems "$TILEDISPATCH_SHARED_DIR/bench/dev_suite.json" ${DEV_ARGS:-} --cache-dir "$REG" \

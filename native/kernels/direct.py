@@ -32,8 +32,10 @@ output channel and ``j = g·C/G + c`` a total input channel (both contiguous in 
 Depthwise problems (C/G = K/G = 1) run a separate binary of each kernel (``DEPTHWISE``) whose input
 channel is the output channel itself, so every X, Y, dX and dY access is a contiguous run of
 channels the compiler can vectorise (16-byte loads with ``vec`` = 8). The general binary gathers the
-group's channels instead (scalar loads); both are compiled from the config alone, and ``plan``
-picks one per problem.
+group's channels instead (scalar loads). Depthwise-multiplier problems (C/G = 1, K/G > 1) run a third
+binary (``multiplier``, :mod:`~tiledispatch.native.kernels.direct_multiplier`) that tiles the groups, so its
+input channel runs are contiguous too and one loaded input value feeds several output channels. All are
+compiled from the config alone, and ``plan`` picks one per problem.
 
 Depthwise tap rows (configs with ``block_k`` = ``TAPS_W`` = 4 or 8; depthwise problems with a filter
 at most ``TAPS_W`` wide, see support.py) unroll the columns ``tw < F_W`` of each filter row, so the
@@ -66,6 +68,20 @@ import triton.language as tl
 
 from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.kernels.base import Launch, Program, cdiv, int_type, pointer_type
+from tiledispatch.native.kernels.direct_common import (  # noqa: F401  (_f32 re-exported for the other CUDA-core kernels)
+    _block_origin,
+    _f32,
+    _line_rows,
+    _next_lines,
+    _row_positions,
+)
+from tiledispatch.native.kernels.direct_multiplier import (
+    _direct_bwd_data_multiplier_kernel,
+    _direct_bwd_weight_multiplier_kernel,
+    _direct_fwd_multiplier_kernel,
+    data_pass_rows,
+    j_block,
+)
 from tiledispatch.native.kernels.direct_tiling import (  # noqa: F401  (re-exported: the tiling model's home)
     FILL_PROGRAMS,
     INSTRUCTIONS_PER_FMA,
@@ -99,57 +115,6 @@ TAP_MAJOR_BLOCK = 1024
 # (8 channels × a few rows per thread); divisibility 1 keeps every load scalar, so the claim can
 # never become a vector load of the wrong addresses. The hint must sit in the kernel body: put on
 # a helper's argument, Triton drops it.
-
-
-@triton.jit
-def _f32(value):
-    """Widen to fp32. bf16 is the top half of an fp32, so one shift or mask per element does it
-    (the generic conversion spends a byte permute and a shift on every other element)."""
-    if value.dtype == tl.bfloat16:
-        return (value.to(tl.int16, bitcast=True).to(tl.int32) << 16).to(tl.float32, bitcast=True)
-    return value.to(tl.float32)
-
-
-@triton.jit
-def _block_origin(M, E_D, E_H, E_W, N_TOTAL, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INDEX64: tl.constexpr):
-    """(channel block, first row, its position (n, d, h, w) over extents E, rows left) of this program.
-
-    Channel blocks vary fastest: the programs in flight cover few positions, whose halo rows the
-    neighbouring position blocks then find in L2. The block's first position is decomposed in
-    scalars; its rows are offsets from it. With ``INDEX64`` the products are 64-bit and the results
-    narrowed to 32 bits (every single size is < 2^31)."""
-    pid = tl.program_id(0)
-    if INDEX64:
-        pid = pid.to(tl.int64)
-    num_n = tl.cdiv(N_TOTAL, BLOCK_N)
-    pid_n = pid % num_n
-    pid_m = pid // num_n
-    row0 = pid_m * BLOCK_M
-    s_w = row0 % E_W
-    s_t = row0 // E_W
-    s_h = s_t % E_H
-    s_t = s_t // E_H
-    s_d = s_t % E_D
-    s_nb = s_t // E_D
-    rows_left = tl.minimum(M - row0, BLOCK_M)
-    if INDEX64:
-        s_w, s_h, s_d, s_nb = s_w.to(tl.int32), s_h.to(tl.int32), s_d.to(tl.int32), s_nb.to(tl.int32)
-        rows_left, pid_n = rows_left.to(tl.int32), pid_n.to(tl.int32)
-    return pid_n, row0, s_nb, s_d, s_h, s_w, rows_left
-
-
-@triton.jit
-def _row_positions(r, s_nb, s_d, s_h, s_w, E_D, E_H, E_W):
-    """Positions (n, d, h, w) over extents E of the block rows ``r`` past the block's first position:
-    carries only, no division of the row index by a product of extents."""
-    w_lin = s_w + r
-    w = w_lin % E_W
-    h_lin = s_h + w_lin // E_W
-    h = h_lin % E_H
-    d_lin = s_d + h_lin // E_H
-    d = d_lin % E_D
-    nb = s_nb + d_lin // E_D
-    return nb, d, h, w
 
 
 @triton.jit
@@ -608,43 +573,6 @@ def _direct_bwd_data_rows_kernel(
 
 
 @triton.jit
-def _line_rows(line0, line_end, oh0, od0, nb0, lb, LINE_BLOCK, OUT_D, OUT_H, STR_D, STR_H, off_d, off_h, IN_D, IN_H,
-               INDEX64: tl.constexpr):
-    """Backward-weight line step: each tile row's (n, input d, input h) and whether its line exists.
-
-    ``(nb0, od0, oh0)`` is the step's first output line; row line ``lb`` adds ``lb`` lines (the
-    plan keeps LINE_BLOCK ≤ OUT_H, so lb carries into od, and od into n, at most once). Rows past
-    LINE_BLOCK·ROW_WIDTH have lb ≥ LINE_BLOCK ≥ lines left: masked here."""
-    oh = oh0 + lb
-    carry = oh >= OUT_H
-    oh = tl.where(carry, oh - OUT_H, oh)
-    od = od0 + carry.to(od0.dtype)
-    carry = od >= OUT_D
-    od = tl.where(carry, od - OUT_D, od)
-    nb = nb0 + carry.to(nb0.dtype)
-    i_h = oh * STR_H + off_h
-    i_d = od * STR_D + off_d
-    lines_left = tl.minimum(line_end - line0, LINE_BLOCK).to(lb.dtype)
-    ok_line = (lb < lines_left) & (i_h >= 0) & (i_h < IN_H) & (i_d >= 0) & (i_d < IN_D)
-    if INDEX64:
-        nb = nb.to(tl.int64)
-    return nb, i_d, i_h, ok_line
-
-
-@triton.jit
-def _next_lines(oh0, od0, nb0, LINE_BLOCK, OUT_D, OUT_H):
-    """The next step's first output line: ``LINE_BLOCK`` lines on, carried through h, d and n."""
-    oh0 += LINE_BLOCK
-    step_carry = (oh0 >= OUT_H).to(oh0.dtype)
-    oh0 -= step_carry * OUT_H
-    od0 += step_carry
-    step_carry = (od0 >= OUT_D).to(od0.dtype)
-    od0 -= step_carry * OUT_D
-    nb0 += step_carry
-    return oh0, od0, nb0
-
-
-@triton.jit
 def _direct_bwd_weight_kernel(
     x_ptr, dy_ptr, out_ptr,
     BATCH, GROUPS, CG, KG, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W,
@@ -881,6 +809,22 @@ def _is_depthwise(problem: ConvProblem) -> bool:
     return problem.c_per_group == 1 and problem.k_per_group == 1
 
 
+def _is_multiplier(problem: ConvProblem) -> bool:
+    """Depthwise with a channel multiplier: one input channel per group feeding K/G > 1 outputs."""
+    return problem.c_per_group == 1 and problem.k_per_group > 1
+
+
+def _binary(problem: ConvProblem) -> str:
+    """The program of a ``block_k`` = 1 direct config that runs ``problem``."""
+    if _is_depthwise(problem):
+        return "depthwise"
+    return "multiplier" if _is_multiplier(problem) else "main"
+
+
+#: Output channels per group a forward multiplier program computes (direct_multiplier.py).
+FORWARD_J_BLOCK = 4
+
+
 def _size_args(problem: ConvProblem) -> tuple[int, ...]:
     return (problem.batch, problem.groups, problem.c_per_group, problem.k_per_group, *spatial_args(problem))
 
@@ -913,6 +857,11 @@ def _two_programs(fn, config: KernelConfig, types: dict[str, str], constexprs: d
             values["PASS_M"] = _pass_rows(config, depthwise)
         out[name] = Program(fn, values, types, config.num_warps, config.num_stages)
     return out
+
+
+def _multiplier_program(fn, config: KernelConfig, types: dict[str, str], constexprs: dict) -> Program:
+    """The depthwise-multiplier binary (C/G = 1, K/G > 1) of a ``block_k`` = 1 config, same parameters."""
+    return Program(fn, constexprs, types, config.num_warps, config.num_stages)
 
 
 def _rows_programs(fn, config: KernelConfig, types: dict[str, str], constexprs: dict) -> dict[str, Program]:
@@ -965,7 +914,12 @@ class _DirectDataTemplate:
                       "INDEX64": config.index64}
         if config.block_k > 1:  # depthwise tap rows (support.py keeps them to depthwise problems)
             return _rows_programs(self.rows, config, types, constexprs)
-        return _two_programs(self.general, config, types, constexprs)
+        return {**_two_programs(self.general, config, types, constexprs),
+                "multiplier": _multiplier_program(self.multiplier, config, types,
+                                                  {**constexprs, **self.multiplier_constexprs(config)})}
+
+    def multiplier_constexprs(self, config: KernelConfig) -> dict:
+        raise NotImplementedError
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
         return _tap_major_elements(problem, config)
@@ -978,8 +932,7 @@ class _DirectDataTemplate:
         if config.block_k > 1:
             return [tap_major_launch(problem, second, workspace),
                     Launch("rows", grid, (first, workspace, out, *_size_args(problem)))]
-        program = "depthwise" if _is_depthwise(problem) else "main"
-        return [Launch(program, grid, (first, second, out, *_size_args(problem)))]
+        return [Launch(_binary(problem), grid, (first, second, out, *_size_args(problem)))]
 
 
 class DirectForward(_DirectDataTemplate):
@@ -987,10 +940,18 @@ class DirectForward(_DirectDataTemplate):
     pointers = ("x_ptr", "w_ptr", "y_ptr")
     general = _direct_fwd_kernel
     rows = _direct_fwd_rows_kernel
+    multiplier = _direct_fwd_multiplier_kernel
+
+    def multiplier_constexprs(self, config: KernelConfig) -> dict:
+        return {"J_BLOCK": FORWARD_J_BLOCK, "PASS_M": data_pass_rows(config, FORWARD_J_BLOCK)}
 
     def grid(self, problem: ConvProblem, config: KernelConfig) -> tuple[int, int, int]:
         m = problem.batch * _prod(problem.output_size)
-        return (cdiv(m, config.block_m) * cdiv(problem.out_channels, config.block_n), 1, 1)
+        if config.block_k == 1 and _is_multiplier(problem):  # (group block, j chunk) pairs
+            channel_blocks = cdiv(problem.groups, config.block_n) * cdiv(problem.k_per_group, FORWARD_J_BLOCK)
+        else:
+            channel_blocks = cdiv(problem.out_channels, config.block_n)
+        return (cdiv(m, config.block_m) * channel_blocks, 1, 1)
 
 
 class DirectBackwardData(_DirectDataTemplate):
@@ -998,6 +959,10 @@ class DirectBackwardData(_DirectDataTemplate):
     pointers = ("dy_ptr", "w_ptr", "dx_ptr")
     general = _direct_bwd_data_kernel
     rows = _direct_bwd_data_rows_kernel
+    multiplier = _direct_bwd_data_multiplier_kernel
+
+    def multiplier_constexprs(self, config: KernelConfig) -> dict:
+        return {"PASS_M": data_pass_rows(config, 2)}  # one accumulator; 16 elements a thread as the gathers
 
     def grid(self, problem: ConvProblem, config: KernelConfig) -> tuple[int, int, int]:
         # Positions per residue class (the largest class; smaller ones are masked).
@@ -1022,7 +987,14 @@ class DirectBackwardWeight:
                                         types, config.num_warps, config.num_stages)}
         else:
             programs = _two_programs(_direct_bwd_weight_kernel, config, types, constexprs, passes=False)
+            programs["multiplier"] = _multiplier_program(_direct_bwd_weight_multiplier_kernel, config, types,
+                                                         {**constexprs, "J_BLOCK": self.j_block(config)})
         return with_split_reduce(programs, config)
+
+    @staticmethod
+    def j_block(config: KernelConfig) -> int:
+        """Output channels per group a multiplier program accumulates at once (its tile is all accumulator)."""
+        return j_block(config, config.block_m * config.block_n // (32 * config.num_warps))
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
         return weight_partials_elements(problem, config)
@@ -1038,9 +1010,13 @@ class DirectBackwardWeight:
         if config.block_k > 1:  # one program per (channel block, filter row)
             axis0 = cdiv(problem.out_channels, config.block_n) * (taps // problem.filter_size[-1])
             program = "rows"
+        elif _is_multiplier(problem):  # (group block, j chunk, tap block)
+            axis0 = (cdiv(problem.groups, config.block_n) * cdiv(problem.k_per_group, self.j_block(config))
+                     * cdiv(taps, tap_block))
+            program = "multiplier"
         else:
             axis0 = cdiv(problem.out_channels, config.block_n) * problem.c_per_group * cdiv(taps, tap_block)
-            program = "depthwise" if _is_depthwise(problem) else "main"
+            program = _binary(problem)
         target = workspace if config.split_k > 1 else out
         launches = [Launch(program, (axis0, config.split_k, 1),
                            (first, second, target, *_size_args(problem),

@@ -77,6 +77,11 @@ SHAPES_3D = {
     "small_groups": dict(batch=3, groups=6, in_channels=24, out_channels=24, input_size=(3, 4, 5),
                          filter_size=(3, 3, 3), stride=(1, 1, 2), dilation=(1, 1, 1), pad_begin=(1, 1, 1),
                          pad_end=(1, 1, 0)),
+    # Depthwise multiplier 6 (direct: a full 4-wide j chunk and a partial one) on 16 groups (v8-aligned), strided,
+    # dilated, asymmetric pads; 2 group blocks of the small direct tile.
+    "dw_multiplier": dict(batch=3, groups=16, in_channels=16, out_channels=96, input_size=(3, 7, 5),
+                          filter_size=(2, 3, 3), stride=(1, 2, 1), dilation=(2, 1, 1), pad_begin=(1, 1, 0),
+                          pad_end=(0, 1, 2)),
     "dwroll": dict(batch=2, groups=16, in_channels=16, out_channels=16, input_size=(3, 5, 6), filter_size=(3, 3, 3),
                    stride=(1, 1, 1), dilation=(2, 1, 2), pad_begin=(1, 1, 2), pad_end=(2, 1, 0)),
     # dwrun: depth strided and dilated (rows and columns at stride 1), 12 channels, asymmetric pads.
@@ -210,6 +215,8 @@ def cases(ndims=(2, 3)):
                     if family is Family.DIRECT and label.startswith("depthwise"):
                         # tap rows: 4 columns unrolled where the filter is narrow enough, and 8
                         variants += [dict(taps_w=8)] + ([dict(taps_w=4)] if label == "depthwise" else [])
+                    if family is Family.DIRECT and label == "dw_multiplier" and ndim == 3:
+                        variants.append(dict(vec=8))  # the multiplier binary on 16-byte channel runs
                     if direction is Direction.BACKWARD_WEIGHT or family in SPLIT_DATA_FAMILIES:
                         variants += [dict(v, split_k=4) for v in variants]
                     if family is Family.DWROW and label == "dwroll_strided":  # far more splits than items: zeros

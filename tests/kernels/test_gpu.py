@@ -119,6 +119,30 @@ def test_random_odd_shapes(registry, direction, dtype, ndim, seed):
     assert not _check(problem, registry, configs), problem.key
 
 
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("ndim", (2, 3))
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.value)
+@pytest.mark.parametrize("direction", list(Direction), ids=lambda d: d.value)
+def test_random_depthwise_multiplier_problems(registry, direction, dtype, ndim, seed):
+    """C/G = 1, K/G = 2..9 (the direct kernels' multiplier binary: one and several j chunks), odd or 8-aligned
+    group counts (its v1 and v8 configs), strides, dilations, asymmetric pads; every kernel that supports it."""
+    rng = random.Random(f"multiplier-{direction}-{dtype}-{ndim}-{seed}-{random.random()}")
+    groups = rng.choice([8 * rng.randint(1, 9), rng.randrange(3, 80, 2)])
+    filt = tuple(rng.choice([1, 3, 3, 5]) for _ in range(ndim))
+    stride = tuple(rng.choice([1, 1, 2]) for _ in range(ndim))
+    dilation = tuple(rng.choice([1, 1, 2]) for _ in range(ndim))
+    size = tuple(rng.randint(5, 30) if ndim == 2 else rng.randint(3, 10) for _ in range(ndim))
+    size = tuple(max(s, d * (f - 1) + 1) for s, d, f in zip(size, dilation, filt))
+    problem = ConvProblem(direction=direction, dtype=dtype, batch=rng.randint(1, 4), groups=groups,
+                          in_channels=groups, out_channels=groups * rng.randint(2, 9), input_size=size,
+                          filter_size=filt, stride=stride, dilation=dilation,
+                          pad_begin=tuple(rng.randint(0, f) for f in filt),
+                          pad_end=tuple(rng.randint(0, f) for f in filt))
+    configs = [c for c in registry.configs if c.direction is direction and c.dtype is dtype and c.ndim == ndim]
+    assert any(c.family is Family.DIRECT and is_supported(problem, c) for c in configs), problem.key
+    assert not _check(problem, registry, configs), problem.key
+
+
 def _random_depthwise_rows_problem(rng: random.Random, ndim: int, direction: Direction, dtype: DType) -> ConvProblem:
     """A depthwise problem the dwroll kernels run: rows with stride and dilation 1, filter height 3/5/7
     (3 in 3D), columns (and depth) strided and dilated except in backward-data, channels a multiple of 8
