@@ -456,7 +456,9 @@ class FeatureEngine:
             red = cg if fwd else kg
             if fwd:
                 tc_grid = _cdiv(out_pos, bm) * _cdiv(merge * kg, bn) * group_tiles
-                d_grid = _cdiv(out_pos, bm) * _cdiv(p.out_channels, bn)
+                # direct_multiplier.py (group_m > 1): (group blocks × j chunks of group_m) per row block.
+                d_grid = _cdiv(out_pos, bm) * np.where(t["group_m"] > 1, _cdiv(groups, bn) * _cdiv(kg, t["group_m"]),
+                                                       _cdiv(p.out_channels, bn))
             else:
                 per_class = p.batch * math.prod(_cdiv(i, s) for i, s in zip(p.input_size, p.stride))
                 classes = math.prod(p.stride)

@@ -21,7 +21,10 @@ gmerge     igemm with ``merge`` groups per CTA and a        as igemm, over the m
            block-diagonal operand (small C/G or K/G)
 gemm1x1    1×1, stride 1, no padding: a plain GEMM          as igemm
 direct     CUDA-core FMA (depthwise and small C/G),         positions × channels × 1 (depthwise tap
-           vectorised over channels                         rows: × filter columns unrolled, 4 or 8)
+           vectorised over channels (forward ``group_m``    rows: × filter columns unrolled, 4 or 8;
+           2 or 4: the depthwise-multiplier binary, each    multiplier: positions × groups × 1)
+           loaded input feeding that many of its group's
+           K/G outputs)
 tma        stride-1 implicit GEMM over a zero-padded copy   padded positions × GEMM N × channels per
            of the activations: every operand tile is one    tap step (forward and backward-data)
            rectangular TMA box, no per-element addressing
@@ -227,9 +230,13 @@ class KernelConfig:
         else:
             # block_k > 1: the depthwise tap-row programs, block_k = the most filter columns
             # they unroll (see kernels/direct.py).
-            if self.block_k not in (1, 4, 8) or self.num_stages != 1 or self.group_m != 1:
-                raise ConfigError("direct kernels use block_k=1 (or 4/8: depthwise tap rows), num_stages=1, "
-                                  "group_m=1")
+            if self.block_k not in (1, 4, 8) or self.num_stages != 1:
+                raise ConfigError("direct kernels use block_k=1 (or 4/8: depthwise tap rows), num_stages=1")
+            if self.group_m != 1 and (self.group_m not in (2, 4) or self.direction is not Direction.FORWARD
+                                      or self.block_k != 1):
+                raise ConfigError(f"group_m: a direct kernel's group_m is 1, or 2 / 4 for the forward "
+                                  f"depthwise-multiplier binary (block_k 1), got group_m={self.group_m} "
+                                  f"({self.direction.value}, block_k={self.block_k})")
 
     @property
     def name(self) -> str:

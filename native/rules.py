@@ -47,6 +47,8 @@ _DIRECT_WARPS = (1, 2, 4, 8)
 _DIRECT_TAPS_W = (1, 4, 8)
 #: Direct kernels keep block_m*block_n/threads values live per operand; past this they spill.
 MAX_DIRECT_ELEMENTS_PER_THREAD = 64
+#: Output channels per group a forward depthwise-multiplier program computes (direct ``group_m``).
+_DIRECT_MULTIPLIER_J = (2, 4)
 _DWROLL_BLOCK_W = (8, 16, 32, 64, 128)
 _DWROLL_BLOCK_N = (16, 32, 64, 128)
 #: dwroll backward-weight also splits 128 ways (small layers: a 3x3 c960 7x7 dW has 8,640 elements).
@@ -163,6 +165,9 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
                            (1, 8, 32, 64) if bwd_weight else (1,), (1, 8), (False, True))
             for bm, bn, bk, warps, sk, vec, i64 in itertools.product(*domains):
                 yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, 1, 1, sk, 1, vec, i64)
+                if direction is Direction.FORWARD and bk == 1:  # the depthwise-multiplier binary
+                    for gm in _DIRECT_MULTIPLIER_J:
+                        yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, 1, gm, sk, 1, vec, i64)
             continue
         merges = _MERGE if family is Family.GMERGE else (1,)
         domains = (_TC_BLOCK_M, _TC_BLOCK_N, _TC_BLOCK_K, _TC_WARPS, _TC_STAGES, _GROUP_M,
@@ -457,6 +462,20 @@ def _default_rule(config: KernelConfig) -> bool:
         if c.num_warps != 4 or c.split_k not in (1, 8, 32):
             return False
         tile = (c.block_m, c.block_n)
+        if c.group_m > 1:
+            # The forward multiplier binary (H200, session 24, synthetic multiplier problems: 3.2-3.9x the general
+            # binary on odd channel counts with 3x3(x3) filters, 0.73-0.86x on small 1x1 ones). Its loads are
+            # scalar whatever the alignment (kernels/direct_multiplier.py), so only v1 instances, which run every
+            # channel count: J = 4 on the general binary's forward tiles (96-128 registers, spill-free), J = 2
+            # (twice the rows per pass) on 64x32; fp32 and 64-bit indices on the tiles the general binary has.
+            if c.vec != 1:
+                return False
+            if c.index64:
+                return tile == (64, 16) and c.group_m == 4
+            if c.dtype is DType.FP32:
+                return tile == (64, 32)
+            return tile == (64, 32) or (c.group_m == 4 and tile in ((32, 32), (64, 16), (64, 64), (128, 16),
+                                                                     (128, 32)))
         if c.index64:
             return tile == (64, 16) and c.vec == 1 and c.split_k in (1, 8)
         if c.vec == 1 or c.dtype is DType.FP32:
@@ -590,7 +609,7 @@ def _tiny_rule(config: KernelConfig) -> bool:
         if c.block_k > 1:
             tap_rows = (32, 32) if c.direction is Direction.BACKWARD_WEIGHT else (64, 32)
             return (c.block_m, c.block_n, c.block_k) == (*tap_rows, 4) and c.split_k in (1, 8)
-        return (c.block_m, c.block_n, c.vec) == (64, 32, 1) and c.split_k in (1, 8)
+        return (c.block_m, c.block_n, c.vec) == (64, 32, 1) and c.split_k in (1, 8) and c.group_m in (1, 4)
     if c.split_k > 1 and c.direction is not Direction.BACKWARD_WEIGHT:  # split-K forward / backward-data
         return c.family is Family.IGEMM and (c.block_m, c.block_n, c.block_k, c.split_k) == (64, 32, 64, 8)
     if c.family is Family.GMERGE:

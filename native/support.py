@@ -97,6 +97,9 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
     if config.family is Family.DIRECT and max(cg, kg) > DIRECT_MAX_CHANNELS_PER_GROUP:
         return Support(False, f"in_channels/out_channels: direct is for C/G and K/G <= "
                               f"{DIRECT_MAX_CHANNELS_PER_GROUP}, got {cg}/{kg}")
+    if config.family is Family.DIRECT and config.group_m > 1 and (cg != 1 or kg == 1):
+        return Support(False, f"in_channels/out_channels: direct group_m {config.group_m} (the multiplier binary) "
+                              f"is for depthwise-multiplier problems (C/G = 1, K/G > 1), got {cg}/{kg}")
     if config.family is Family.DIRECT and config.block_k > 1:  # the depthwise tap-row program
         if cg != 1 or kg != 1:
             return Support(False, f"in_channels/out_channels: direct block_k {config.block_k} (tap rows) is for "

@@ -32,10 +32,10 @@ output channel and ``j = g·C/G + c`` a total input channel (both contiguous in 
 Depthwise problems (C/G = K/G = 1) run a separate binary of each kernel (``DEPTHWISE``) whose input
 channel is the output channel itself, so every X, Y, dX and dY access is a contiguous run of
 channels the compiler can vectorise (16-byte loads with ``vec`` = 8). The general binary gathers the
-group's channels instead (scalar loads). Depthwise-multiplier problems (C/G = 1, K/G > 1) run a third
-binary (``multiplier``, :mod:`~tiledispatch.native.kernels.direct_multiplier`) that tiles the groups, so its
-input channel runs are contiguous too and one loaded input value feeds several output channels. All are
-compiled from the config alone, and ``plan`` picks one per problem.
+group's channels instead (scalar loads); both are compiled from the config alone, and ``plan``
+picks one per problem. Forward configs with ``group_m`` 2 or 4 are the depthwise-multiplier binary
+(C/G = 1, K/G > 1; :mod:`~tiledispatch.native.kernels.direct_multiplier`), which tiles the groups instead
+of the output channels, so its input runs are contiguous and each loaded value feeds ``group_m`` outputs.
 
 Depthwise tap rows (configs with ``block_k`` = ``TAPS_W`` = 4 or 8; depthwise problems with a filter
 at most ``TAPS_W`` wide, see support.py) unroll the columns ``tw < F_W`` of each filter row, so the
@@ -75,13 +75,7 @@ from tiledispatch.native.kernels.direct_common import (  # noqa: F401  (_f32 re-
     _next_lines,
     _row_positions,
 )
-from tiledispatch.native.kernels.direct_multiplier import (
-    _direct_bwd_data_multiplier_kernel,
-    _direct_bwd_weight_multiplier_kernel,
-    _direct_fwd_multiplier_kernel,
-    data_pass_rows,
-    j_block,
-)
+from tiledispatch.native.kernels.direct_multiplier import _direct_fwd_multiplier_kernel, multiplier_pass_rows
 from tiledispatch.native.kernels.direct_tiling import (  # noqa: F401  (re-exported: the tiling model's home)
     FILL_PROGRAMS,
     INSTRUCTIONS_PER_FMA,
@@ -809,20 +803,6 @@ def _is_depthwise(problem: ConvProblem) -> bool:
     return problem.c_per_group == 1 and problem.k_per_group == 1
 
 
-def _is_multiplier(problem: ConvProblem) -> bool:
-    """Depthwise with a channel multiplier: one input channel per group feeding K/G > 1 outputs."""
-    return problem.c_per_group == 1 and problem.k_per_group > 1
-
-
-def _binary(problem: ConvProblem) -> str:
-    """The program of a ``block_k`` = 1 direct config that runs ``problem``."""
-    if _is_depthwise(problem):
-        return "depthwise"
-    return "multiplier" if _is_multiplier(problem) else "main"
-
-
-#: Output channels per group a forward multiplier program computes (direct_multiplier.py).
-FORWARD_J_BLOCK = 4
 
 
 def _size_args(problem: ConvProblem) -> tuple[int, ...]:
@@ -857,11 +837,6 @@ def _two_programs(fn, config: KernelConfig, types: dict[str, str], constexprs: d
             values["PASS_M"] = _pass_rows(config, depthwise)
         out[name] = Program(fn, values, types, config.num_warps, config.num_stages)
     return out
-
-
-def _multiplier_program(fn, config: KernelConfig, types: dict[str, str], constexprs: dict) -> Program:
-    """The depthwise-multiplier binary (C/G = 1, K/G > 1) of a ``block_k`` = 1 config, same parameters."""
-    return Program(fn, constexprs, types, config.num_warps, config.num_stages)
 
 
 def _rows_programs(fn, config: KernelConfig, types: dict[str, str], constexprs: dict) -> dict[str, Program]:
@@ -914,12 +889,11 @@ class _DirectDataTemplate:
                       "INDEX64": config.index64}
         if config.block_k > 1:  # depthwise tap rows (support.py keeps them to depthwise problems)
             return _rows_programs(self.rows, config, types, constexprs)
-        return {**_two_programs(self.general, config, types, constexprs),
-                "multiplier": _multiplier_program(self.multiplier, config, types,
-                                                  {**constexprs, **self.multiplier_constexprs(config)})}
-
-    def multiplier_constexprs(self, config: KernelConfig) -> dict:
-        raise NotImplementedError
+        if config.group_m > 1:  # the forward multiplier binary (support.py: C/G = 1, K/G > 1)
+            values = {**constexprs, "J_BLOCK": config.group_m, "PASS_M": multiplier_pass_rows(config)}
+            return {"multiplier": Program(_direct_fwd_multiplier_kernel, values, types, config.num_warps,
+                                          config.num_stages)}
+        return _two_programs(self.general, config, types, constexprs)
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
         return _tap_major_elements(problem, config)
@@ -932,7 +906,11 @@ class _DirectDataTemplate:
         if config.block_k > 1:
             return [tap_major_launch(problem, second, workspace),
                     Launch("rows", grid, (first, workspace, out, *_size_args(problem)))]
-        return [Launch(_binary(problem), grid, (first, second, out, *_size_args(problem)))]
+        if config.group_m > 1:
+            program = "multiplier"
+        else:
+            program = "depthwise" if _is_depthwise(problem) else "main"
+        return [Launch(program, grid, (first, second, out, *_size_args(problem)))]
 
 
 class DirectForward(_DirectDataTemplate):
@@ -940,15 +918,11 @@ class DirectForward(_DirectDataTemplate):
     pointers = ("x_ptr", "w_ptr", "y_ptr")
     general = _direct_fwd_kernel
     rows = _direct_fwd_rows_kernel
-    multiplier = _direct_fwd_multiplier_kernel
-
-    def multiplier_constexprs(self, config: KernelConfig) -> dict:
-        return {"J_BLOCK": FORWARD_J_BLOCK, "PASS_M": data_pass_rows(config, FORWARD_J_BLOCK)}
 
     def grid(self, problem: ConvProblem, config: KernelConfig) -> tuple[int, int, int]:
         m = problem.batch * _prod(problem.output_size)
-        if config.block_k == 1 and _is_multiplier(problem):  # (group block, j chunk) pairs
-            channel_blocks = cdiv(problem.groups, config.block_n) * cdiv(problem.k_per_group, FORWARD_J_BLOCK)
+        if config.group_m > 1:  # the multiplier binary: (group block, j chunk) pairs
+            channel_blocks = cdiv(problem.groups, config.block_n) * cdiv(problem.k_per_group, config.group_m)
         else:
             channel_blocks = cdiv(problem.out_channels, config.block_n)
         return (cdiv(m, config.block_m) * channel_blocks, 1, 1)
@@ -959,10 +933,6 @@ class DirectBackwardData(_DirectDataTemplate):
     pointers = ("dy_ptr", "w_ptr", "dx_ptr")
     general = _direct_bwd_data_kernel
     rows = _direct_bwd_data_rows_kernel
-    multiplier = _direct_bwd_data_multiplier_kernel
-
-    def multiplier_constexprs(self, config: KernelConfig) -> dict:
-        return {"PASS_M": data_pass_rows(config, 2)}  # one accumulator; 16 elements a thread as the gathers
 
     def grid(self, problem: ConvProblem, config: KernelConfig) -> tuple[int, int, int]:
         # Positions per residue class (the largest class; smaller ones are masked).
@@ -987,14 +957,7 @@ class DirectBackwardWeight:
                                         types, config.num_warps, config.num_stages)}
         else:
             programs = _two_programs(_direct_bwd_weight_kernel, config, types, constexprs, passes=False)
-            programs["multiplier"] = _multiplier_program(_direct_bwd_weight_multiplier_kernel, config, types,
-                                                         {**constexprs, "J_BLOCK": self.j_block(config)})
         return with_split_reduce(programs, config)
-
-    @staticmethod
-    def j_block(config: KernelConfig) -> int:
-        """Output channels per group a multiplier program accumulates at once (its tile is all accumulator)."""
-        return j_block(config, config.block_m * config.block_n // (32 * config.num_warps))
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
         return weight_partials_elements(problem, config)
@@ -1010,13 +973,9 @@ class DirectBackwardWeight:
         if config.block_k > 1:  # one program per (channel block, filter row)
             axis0 = cdiv(problem.out_channels, config.block_n) * (taps // problem.filter_size[-1])
             program = "rows"
-        elif _is_multiplier(problem):  # (group block, j chunk, tap block)
-            axis0 = (cdiv(problem.groups, config.block_n) * cdiv(problem.k_per_group, self.j_block(config))
-                     * cdiv(taps, tap_block))
-            program = "multiplier"
         else:
             axis0 = cdiv(problem.out_channels, config.block_n) * problem.c_per_group * cdiv(taps, tap_block)
-            program = _binary(problem)
+            program = "depthwise" if _is_depthwise(problem) else "main"
         target = workspace if config.split_k > 1 else out
         launches = [Launch(program, (axis0, config.split_k, 1),
                            (first, second, target, *_size_args(problem),

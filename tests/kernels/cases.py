@@ -77,7 +77,7 @@ SHAPES_3D = {
     "small_groups": dict(batch=3, groups=6, in_channels=24, out_channels=24, input_size=(3, 4, 5),
                          filter_size=(3, 3, 3), stride=(1, 1, 2), dilation=(1, 1, 1), pad_begin=(1, 1, 1),
                          pad_end=(1, 1, 0)),
-    # Depthwise multiplier 6 (direct: a full 4-wide j chunk and a partial one) on 16 groups (v8-aligned), strided,
+    # Depthwise multiplier 6 (direct group_m 4: a full j chunk and a partial one) on 16 groups (v8-aligned), strided,
     # dilated, asymmetric pads; 2 group blocks of the small direct tile.
     "dw_multiplier": dict(batch=3, groups=16, in_channels=16, out_channels=96, input_size=(3, 7, 5),
                           filter_size=(2, 3, 3), stride=(1, 2, 1), dilation=(2, 1, 1), pad_begin=(1, 1, 0),
@@ -130,12 +130,13 @@ def problem(direction: Direction, dtype: DType, ndim: int, label: str) -> ConvPr
 def small_config(direction: Direction, dtype: DType, ndim: int, family: Family, *, num_warps: int = 4,
                  split_k: int = 1, merge: int = 2, vec: int = 1, index64: bool = False,
                  taps_w: int = 1, stages: int = 1, wide: bool = False, rows: int = 2,
-                 held: int = 1) -> KernelConfig:
+                 held: int = 1, multiplier: int = 1) -> KernelConfig:
     """Small tiles, so tiny problems still cover several tiles and the masked edges. ``taps_w``: the
     direct block_k (4/8: the depthwise tap-row programs) or the dwroll filter height; ``wide``: a dwroll
     tile of 16 elements per thread (2D 3x3: the walk with tap-major weights instead of held ones), a
     gwalk tile of 64x64 channels (weights loaded per tap instead of held); ``rows``: gwalk's output rows;
     ``held``: the output rows a dwroll forward / backward-data program holds (group_m; 1 = the rolling walk);
+    ``multiplier``: a direct forward kernel's group_m (2 / 4: the depthwise-multiplier binary);
     dwrun: ``taps_w`` its filter height, ``wide`` 4 runs of 5 columns instead of 2 of 3."""
     if family is Family.GWALK and direction is Direction.BACKWARD_WEIGHT:  # wide: 32x32 channels, 32 lanes
         side = 32 if wide else 16
@@ -158,7 +159,8 @@ def small_config(direction: Direction, dtype: DType, ndim: int, family: Family, 
         return KernelConfig(direction, dtype, ndim, family, run, block_n * (2 if vec == 2 else 1), taps_w, 1, stages,
                             runs, split_k, 1, 2 if vec == 2 else 1, index64)
     if family is Family.DIRECT:
-        return KernelConfig(direction, dtype, ndim, family, 16, 8, taps_w, num_warps, 1, 1, split_k, 1, vec, index64)
+        return KernelConfig(direction, dtype, ndim, family, 16, 8, taps_w, num_warps, 1, multiplier, split_k, 1, vec,
+                            index64)
     return KernelConfig(direction, dtype, ndim, family, 32, 16, 16, num_warps, 2, 8, split_k,
                         merge if family is Family.GMERGE else 1, vec, index64)
 
@@ -215,8 +217,11 @@ def cases(ndims=(2, 3)):
                     if family is Family.DIRECT and label.startswith("depthwise"):
                         # tap rows: 4 columns unrolled where the filter is narrow enough, and 8
                         variants += [dict(taps_w=8)] + ([dict(taps_w=4)] if label == "depthwise" else [])
-                    if family is Family.DIRECT and label == "dw_multiplier" and ndim == 3:
-                        variants.append(dict(vec=8))  # the multiplier binary on 16-byte channel runs
+                    if family is Family.DIRECT and label == "dw_multiplier":
+                        if ndim == 3:
+                            variants.append(dict(vec=8))  # the general binary's 16-byte runs on a multiplier problem
+                        if direction is Direction.FORWARD:  # the multiplier binary (3D K/G = 6: two j chunks)
+                            variants += [dict(multiplier=2), dict(multiplier=4), dict(multiplier=4, index64=True)]
                     if direction is Direction.BACKWARD_WEIGHT or family in SPLIT_DATA_FAMILIES:
                         variants += [dict(v, split_k=4) for v in variants]
                     if family is Family.DWROW and label == "dwroll_strided":  # far more splits than items: zeros
@@ -351,6 +356,10 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
     tile = (32, 32) if direction is Direction.BACKWARD_WEIGHT else (64, 32)
     for split_k in ((1, 8) if direction is Direction.BACKWARD_WEIGHT else (1,)):
         out.append(KernelConfig(direction, dtype, ndim, Family.DIRECT, *tile, 8, 4, 1, 1, split_k, 1, 8))
+    # Forward: the depthwise-multiplier binary (direct group_m = J outputs per loaded input), 4 and 8 warps.
+    if direction is Direction.FORWARD:
+        out += [KernelConfig(direction, dtype, ndim, Family.DIRECT, 64, 32, 1, 4, 1, 4, 1, 1, 1),
+                KernelConfig(direction, dtype, ndim, Family.DIRECT, 128, 32, 1, 8, 1, 2, 1, 1, 1)]
     # Backward-weight: the 4-warp tiles that carry ``flat`` (one accumulator per split; igemm_bwd_weight.py)
     # and run it on short splits, ``main`` on long ones.
     if direction is Direction.BACKWARD_WEIGHT and dtype is not DType.FP32:
