@@ -77,9 +77,9 @@ SHAPES_3D = {
     "small_groups": dict(batch=3, groups=6, in_channels=24, out_channels=24, input_size=(3, 4, 5),
                          filter_size=(3, 3, 3), stride=(1, 1, 2), dilation=(1, 1, 1), pad_begin=(1, 1, 1),
                          pad_end=(1, 1, 0)),
-    # Depthwise multiplier 6 (direct group_m 4: a full j chunk and a partial one) on 16 groups (v8-aligned), strided,
-    # dilated, asymmetric pads; 2 group blocks of the small direct tile.
-    "dw_multiplier": dict(batch=3, groups=16, in_channels=16, out_channels=96, input_size=(3, 7, 5),
+    # Depthwise multiplier 6 (direct group_m 4: a full j chunk and a partial one) on 9 groups (2 blocks of the small
+    # direct tile, the last partial), strided, dilated, asymmetric pads.
+    "dw_multiplier": dict(batch=2, groups=9, in_channels=9, out_channels=54, input_size=(3, 7, 5),
                           filter_size=(2, 3, 3), stride=(1, 2, 1), dilation=(2, 1, 1), pad_begin=(1, 1, 0),
                           pad_end=(0, 1, 2)),
     "dwroll": dict(batch=2, groups=16, in_channels=16, out_channels=16, input_size=(3, 5, 6), filter_size=(3, 3, 3),
@@ -182,6 +182,8 @@ def cases(ndims=(2, 3)):
                         continue  # backward-data dwroll kernels need stride 1
                     if family is Family.DWRUN and direction is not Direction.BACKWARD_WEIGHT and ndim == 3:
                         continue  # dwrun's forward / backward-data kernels are 2D
+                    if label == "dw_multiplier" and ndim == 3 and direction is not Direction.FORWARD:
+                        continue  # the 3D shape is the forward multiplier binary's (2D covers the backward directions)
                     if label == "walk_strided" and direction is not Direction.BACKWARD_WEIGHT:
                         continue  # only backward-weight walks of one row take strides and dilations
                     variants = [dict()]
@@ -217,11 +219,9 @@ def cases(ndims=(2, 3)):
                     if family is Family.DIRECT and label.startswith("depthwise"):
                         # tap rows: 4 columns unrolled where the filter is narrow enough, and 8
                         variants += [dict(taps_w=8)] + ([dict(taps_w=4)] if label == "depthwise" else [])
-                    if family is Family.DIRECT and label == "dw_multiplier":
-                        if ndim == 3:
-                            variants.append(dict(vec=8))  # the general binary's 16-byte runs on a multiplier problem
-                        if direction is Direction.FORWARD:  # the multiplier binary (3D K/G = 6: two j chunks)
-                            variants += [dict(multiplier=2), dict(multiplier=4), dict(multiplier=4, index64=True)]
+                    if family is Family.DIRECT and label == "dw_multiplier" and direction is Direction.FORWARD:
+                        # the multiplier binary (3D K/G = 6: two j chunks)
+                        variants += [dict(multiplier=2), dict(multiplier=4), dict(multiplier=4, index64=True)]
                     if direction is Direction.BACKWARD_WEIGHT or family in SPLIT_DATA_FAMILIES:
                         variants += [dict(v, split_k=4) for v in variants]
                     if family is Family.DWROW and label == "dwroll_strided":  # far more splits than items: zeros
