@@ -74,6 +74,7 @@ from tiledispatch.native.kernels.direct_common import (  # noqa: F401  (_f32 re-
     _line_rows,
     _next_lines,
     _row_positions,
+    rows_per_pass,
 )
 from tiledispatch.native.kernels.direct_multiplier import _direct_fwd_multiplier_kernel, multiplier_pass_rows
 from tiledispatch.native.kernels.direct_tiling import (  # noqa: F401  (re-exported: the tiling model's home)
@@ -803,8 +804,6 @@ def _is_depthwise(problem: ConvProblem) -> bool:
     return problem.c_per_group == 1 and problem.k_per_group == 1
 
 
-
-
 def _size_args(problem: ConvProblem) -> tuple[int, ...]:
     return (problem.batch, problem.groups, problem.c_per_group, problem.k_per_group, *spatial_args(problem))
 
@@ -821,10 +820,7 @@ def _pass_rows(config: KernelConfig, depthwise: bool) -> int:
     thread for the vectorised depthwise binary and 16 otherwise (gathers and vec 1 keep state per
     element rather than per 8-channel vector), half that with 64-bit offsets. Larger tiles run
     several passes rather than spilling."""
-    elements = 32 if depthwise and config.vec == 8 else 16
-    if config.index64:
-        elements //= 2
-    return max(1, min(config.block_m, elements * 32 * config.num_warps // config.block_n))
+    return rows_per_pass(config, 32 if depthwise and config.vec == 8 else 16)
 
 
 def _two_programs(fn, config: KernelConfig, types: dict[str, str], constexprs: dict,

@@ -1,10 +1,21 @@
 """Row and line bookkeeping shared by the direct kernels' binaries (:mod:`~tiledispatch.native.kernels.direct`,
-:mod:`~tiledispatch.native.kernels.direct_multiplier`) and the fp32 widening every CUDA-core kernel uses."""
+:mod:`~tiledispatch.native.kernels.direct_multiplier`), their host-side pass size, and the fp32 widening every
+CUDA-core kernel uses."""
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+from tiledispatch.native.configs import KernelConfig
+
+
+def rows_per_pass(config: KernelConfig, elements: int) -> int:
+    """Rows per pass of a forward / backward-data program whose accumulator may take ``elements`` fp32 values a
+    thread (half that with 64-bit offsets): larger tiles run several passes rather than spilling."""
+    if config.index64:
+        elements //= 2
+    return max(1, min(config.block_m, elements * 32 * config.num_warps // config.block_n))
 
 
 @triton.jit

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from tiledispatch.native.configs import KernelConfig
-from tiledispatch.native.kernels.direct_common import _block_origin, _f32, _row_positions
+from tiledispatch.native.kernels.direct_common import _block_origin, _f32, _row_positions, rows_per_pass
 
 #: Accumulator elements a thread may hold across the J tiles of a program (the depthwise binary's 32 fp32
 #: registers of row-pass accumulator, spread over the J tiles).
@@ -35,11 +35,8 @@ ACCUMULATOR_ELEMENTS = 32
 
 def multiplier_pass_rows(config: KernelConfig) -> int:
     """Rows per pass: ``group_m`` accumulator tiles of at most ``ACCUMULATOR_ELEMENTS / group_m`` elements per
-    thread (half with 64-bit offsets); larger tiles run several passes rather than spilling."""
-    elements = ACCUMULATOR_ELEMENTS // config.group_m
-    if config.index64:
-        elements //= 2
-    return max(1, min(config.block_m, elements * 32 * config.num_warps // config.block_n))
+    thread (half with 64-bit offsets)."""
+    return rows_per_pass(config, ACCUMULATOR_ELEMENTS // config.group_m)
 
 
 @triton.jit
