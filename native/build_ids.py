@@ -4,7 +4,8 @@ A kernel name names a config; its code can change under the same name (a new wal
 and a time measured before the change does not describe the binary after it. A build id hashes, for each
 program of the kernel, the Triton source key of its jit function (its source and, recursively, the jit
 functions it calls and the constexpr globals it reads), the Triton version, the target, the signature,
-every compile-time constant, the integer divisibility promises (where a program makes any), warps and stages —
+every compile-time constant, the integer divisibility promises and the register budget (where a program has
+any), warps and stages —
 with Triton's line numbers left out (Triton keys a function by its starting line too, so any edit above it in its
 file would change every id below it).
 
@@ -54,6 +55,8 @@ for name, programs in programs_of.items():
         divisible = getattr(program, "divisible", {}) or {}
         if divisible:  # (absent otherwise, so the ids of programs without the promise stay as they were)
             payload["divisible"] = {k: divisible[k] for k in sorted(divisible)}
+        if getattr(program, "max_registers", None) is not None:  # (likewise)
+            payload["max_registers"] = program.max_registers
         keys[program_name] = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
     out[name] = hashlib.sha256(json.dumps(sorted(keys.items())).encode()).hexdigest()[:16]
 print(json.dumps(out))

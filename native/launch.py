@@ -252,8 +252,7 @@ def _launch(program: Program, launch: Launch, backend: Backend, binary: Any) -> 
     if backend is Backend.COMPILED:
         binary[launch.grid](*full_arguments(program, launch))
         return
-    program.fn[launch.grid](*launch.args, **program.constexprs, num_warps=program.num_warps,
-                            num_stages=program.num_stages)
+    program.fn[launch.grid](*launch.args, **program.constexprs, **program.compile_options())
 
 
 def _device_message(name: str, backend: Backend, device: Any) -> str:

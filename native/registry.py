@@ -102,6 +102,8 @@ def artifact_key(config: KernelConfig, program_name: str, program: Any, arch: st
         "num_warps": program.num_warps,
         "num_stages": program.num_stages,
     }
+    if getattr(program, "max_registers", None) is not None:  # absent otherwise: other keys stay as they were
+        payload["max_registers"] = program.max_registers
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -148,8 +150,7 @@ def _build_kernel(kernel_name: str, arch: str, cache_dir: str) -> BuildResult:
             final = cache / "artifacts" / key
             if not (final / "info.json").exists():
                 compiled_any = True
-                kernel = triton.compile(_source(program), target=target_for(arch),
-                                        options={"num_warps": program.num_warps, "num_stages": program.num_stages})
+                kernel = triton.compile(_source(program), target=target_for(arch), options=program.compile_options())
                 staging = cache / "tmp" / f"{key}-{uuid.uuid4().hex}"
                 staging.mkdir(parents=True)
                 (staging / "kernel.json").write_text(json.dumps(kernel.metadata._asdict(), default=_json_default))

@@ -15,7 +15,9 @@ correctness check (``variant_probe.Probe``).
 
 Kernel lists: ``l1_probe_kernels.json`` (per non-depthwise dev-suite problem and direction, the three
 fastest pipelined igemm / gmerge / gemm1x1 kernels of session 15's dev suite, H200);
-``stages_probe_kernels.json`` (the same kernels at 2–5 pipeline stages).
+``stages_probe_kernels.json`` (the same kernels at 2–5 pipeline stages); ``regcap_probe_kernels.json`` (per
+non-depthwise dev-suite backward-data problem, session 23's fastest tensor-core kernels and those with a
+register budget, for ``--variants cg,cap``: each compiled as ptxas chooses and under its budget).
 
 Usage (GPU machine): ``python bench/gpu/config_probe.py --out DIR [--kernels FILE] [--variants cg,ca]
 [--workers N]``; writes ``DIR/probe.csv``
@@ -37,7 +39,9 @@ from multiprocessing import get_context
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-VARIANTS = ("cg", "ca")  # Triton's own copies (L2 only), and the same copies cached in L1 too (the default)
+# Triton's own copies (L2 only), the same copies cached in L1 too, and Triton's copies under the program's
+# register budget (``Program.max_registers``, as the registry builds it); cg and ca leave registers to ptxas.
+VARIANTS = ("cg", "ca", "cap")
 _COPY_RE = re.compile(r"cp\.async\.c[ag]\.shared\.global")
 
 
@@ -62,14 +66,16 @@ def _compile(kernel_name: str, variant: str, root: str) -> dict:
     config = parse_kernel_name(kernel_name)
     out = {"kernel": kernel_name, "variant": variant, "programs": {}}
     for program_name, program in template_for(config).programs(config).items():
-        compiled = triton.compile(_source(program), target=target_for("sm_90"),
-                                  options={"num_warps": program.num_warps, "num_stages": program.num_stages})
+        options = {"num_warps": program.num_warps, "num_stages": program.num_stages}
+        if variant == "cap":
+            options = program.compile_options()
+        compiled = triton.compile(_source(program), target=target_for("sm_90"), options=options)
         folder = Path(root) / variant / kernel_name / program_name
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "kernel.json").write_text(json.dumps(compiled.metadata._asdict(), default=_json_default))
         (folder / "kernel.cubin").write_bytes(compiled.asm["cubin"])
         registers, stack, local = _resource_usage(folder / "kernel.cubin")
-        out["programs"][program_name] = {
+        out["programs"][program_name] = {"max_registers": options.get("maxnreg"),
             "copies": dict(collections.Counter(_COPY_RE.findall(compiled.asm["ptx"]))),
             "registers": registers, "spill_bytes": stack + local, "shared_bytes": compiled.metadata.shared}
     return out

@@ -46,6 +46,16 @@ class Program:
     # Run-time integer parameters the config promises divisible by a value (``tt.divisibility``), so the
     # compiler can prove wider aligned loads; the config's support check guarantees the promise.
     divisible: dict[str, int] = field(default_factory=dict)
+    # A register budget per thread for ptxas (Triton's ``maxnreg``; :func:`register_cap`), or None: the
+    # compiler's own choice.
+    max_registers: int | None = None
+
+    def compile_options(self) -> dict[str, int]:
+        """Triton compile options beyond the constants: warps, stages and the register budget if any."""
+        options = {"num_warps": self.num_warps, "num_stages": self.num_stages}
+        if self.max_registers is not None:
+            options["maxnreg"] = self.max_registers
+        return options
 
     def signature(self) -> dict[str, str]:
         """Triton's full signature: every parameter in definition order, constexprs (and fixed sizes) marked."""
@@ -73,6 +83,49 @@ def fixed_sizes(config: KernelConfig, fn: Any) -> dict[str, int]:
     if config.ndim != 2 or config.index64:
         return {}
     return {name: value for name, value in DEPTH_OF_2D.items() if name in fn.arg_names}
+
+
+#: An H100/H200 SM: 65,536 32-bit registers, 228 KiB of shared memory (1 KiB of it reserved per CTA),
+#: 2,048 threads.
+SM_REGISTERS = 65_536
+SM_SHARED_BYTES = 233_472
+CTA_RESERVED_SHARED_BYTES = 1_024
+SM_THREADS = 2_048
+#: Registers a thread keeps beside its fp32 accumulators (addresses, masks, the odometer) below which
+#: ptxas cannot compile the backward-data tiles (sm_90, Triton 3.6: a 128×128×32 8-warp tile fails at 80,
+#: 64 accumulators), and the least budget worth asking for.
+_REGISTERS_BESIDE_ACCUMULATORS = 40
+_LEAST_REGISTER_CAP = 48
+
+
+def register_cap(config: KernelConfig) -> int | None:
+    """The register budget that lets as many CTAs share an SM as its shared memory does, for a pipelined
+    (``num_stages`` ≥ 3, 16-byte ``cp.async``) 2D ``igemm`` / ``gmerge`` tile (32-bit indices); None where
+    none is asked.
+
+    Shared memory per CTA = ``num_stages · (BLOCK_M·BLOCK_K + BLOCK_K·BLOCK_N)`` operand elements; CTAs by
+    shared memory ``s`` = ⌊228 KiB / (that + 1 KiB)⌋ (at most 2,048 threads); the budget is
+    ⌊65,536 / (threads · s)⌋ rounded down to 8, asked only where it leaves the accumulators
+    (``BLOCK_M·BLOCK_N / threads`` fp32) 40 registers and is ≥ 48. ptxas left to itself spends what one CTA
+    can have: the backward-data 128×128×64 8-warp tile took 143 registers (one CTA an SM) and compiles to
+    108 at a 128 budget (two, as its 96 KiB of shared memory allow) with no spill. Not 3D (its depth
+    coordinates: four of the 3D backward-data tiles spill 24–40 bytes at these budgets) nor ``gemm1x1``
+    (already under its budget: a new build id for the same binary).
+    """
+    if (config.family not in (Family.IGEMM, Family.GMERGE) or config.num_stages < 3 or config.vec != 8
+            or config.ndim != 2 or config.index64):
+        return None
+    threads = 32 * config.num_warps
+    itemsize = 4 if config.dtype is DType.FP32 else 2
+    shared = config.num_stages * (config.block_m * config.block_k + config.block_k * config.block_n) * itemsize
+    ctas = min(SM_SHARED_BYTES // (shared + CTA_RESERVED_SHARED_BYTES), SM_THREADS // threads)
+    if ctas < 1:
+        return None
+    cap = min(255, SM_REGISTERS // (threads * ctas) // 8 * 8)
+    accumulators = config.block_m * config.block_n // threads
+    if cap < max(_LEAST_REGISTER_CAP, accumulators + _REGISTERS_BESIDE_ACCUMULATORS) or cap >= 255:
+        return None
+    return cap
 
 
 @dataclass(frozen=True)
