@@ -100,8 +100,8 @@ _LEAST_REGISTER_CAP = 48
 
 def register_cap(config: KernelConfig) -> int | None:
     """The register budget that lets as many CTAs share an SM as its shared memory does, for a pipelined
-    (``num_stages`` ≥ 3, 16-byte ``cp.async``) 2D ``igemm`` / ``gmerge`` tile (32-bit indices); None where
-    none is asked.
+    (``num_stages`` ≥ 3, 16-byte ``cp.async``) 2D backward-data ``igemm`` / ``gmerge`` tile (32-bit
+    indices) — its ``main`` program; None where none is asked.
 
     Shared memory per CTA = ``num_stages · (BLOCK_M·BLOCK_K + BLOCK_K·BLOCK_N)`` operand elements; CTAs by
     shared memory ``s`` = ⌊228 KiB / (that + 1 KiB)⌋ (at most 2,048 threads); the budget is
@@ -110,10 +110,12 @@ def register_cap(config: KernelConfig) -> int | None:
     can have: the backward-data 128×128×64 8-warp tile took 143 registers (one CTA an SM) and compiles to
     108 at a 128 budget (two, as its 96 KiB of shared memory allow) with no spill. Not 3D (its depth
     coordinates: four of the 3D backward-data tiles spill 24–40 bytes at these budgets) nor ``gemm1x1``
-    (already under its budget: a new build id for the same binary).
+    (already under its budget: a new build id for the same binary). Not forward: its tiles already fit
+    (102 registers on that tile) or cannot compile in the budget (accumulators); backward-weight's tiles
+    spill 72–304 bytes at theirs (both surveyed with ptxas, sm_90, Triton 3.6).
     """
-    if (config.family not in (Family.IGEMM, Family.GMERGE) or config.num_stages < 3 or config.vec != 8
-            or config.ndim != 2 or config.index64):
+    if (config.direction is not Direction.BACKWARD_DATA or config.family not in (Family.IGEMM, Family.GMERGE)
+            or config.num_stages < 3 or config.vec != 8 or config.ndim != 2 or config.index64):
         return None
     threads = 32 * config.num_warps
     itemsize = 4 if config.dtype is DType.FP32 else 2

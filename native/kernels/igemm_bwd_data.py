@@ -142,12 +142,13 @@ def _igemm_bwd_data_kernel(
     if IS_1X1:
         row_ok = rows < m_max
         dy_row = rows * K_TOTAL + k0
+        dx_row = rows * C_TOTAL
         n_iter = k_blocks
     else:
         # This program's residue class and its row decomposition (once, outside the loop).
         r_w = cls % STR_W
         r_h = (cls // STR_W) % STR_H
-        r_d = (cls // (STR_W * STR_H)) % STR_D  # ``% STR_D``: 2D configs fix STR_D = 1, so r_d folds to 0
+        r_d = cls // (STR_W * STR_H)
         q_dn = tl.cdiv(IN_D - r_d, STR_D)
         q_hn = tl.cdiv(IN_H - r_h, STR_H)
         q_wn = tl.cdiv(IN_W - r_w, STR_W)
@@ -159,6 +160,8 @@ def _igemm_bwd_data_kernel(
         t = t // q_hn
         q_d = t % q_dn
         nb = t // q_dn
+        dx_row = (((nb * IN_D + r_d + q_d * STR_D) * IN_H + r_h + q_h * STR_H) * IN_W
+                  + r_w + q_w * STR_W) * C_TOTAL
         # dY row of the shift-0 output position o = q; each tap adds a scalar offset.
         dy_row = (((nb * OUT_D + q_d) * OUT_H + q_h) * OUT_W + q_w) * K_TOTAL + k0
         first_d, n_d = _valid_taps(r_d, PAD_D, DIL_D, STR_D, STEP_D, F_D)
@@ -174,27 +177,28 @@ def _igemm_bwd_data_kernel(
         doff_w = STEP_W * DIL_W // STR_W
         # Programs past their class's rows run no iterations (their store is fully masked).
         n_iter = n_d * n_h * n_w * k_blocks * (pid_m * BLOCK_M < m_cls).to(tl.int32)
+        # Loop-carried (valid tap, channel block) counters: no scalar division per iteration.
+        jd = tl.zeros((), dtype=n_iter.dtype)
+        jh = tl.zeros((), dtype=n_iter.dtype)
+        jw = tl.zeros((), dtype=n_iter.dtype)
+    kb = tl.zeros((), dtype=tl.int32)
     if SPLIT_K > 1:
-        # This split's contiguous range of the program's steps (may be empty).
+        # This split's contiguous range of the program's steps (may be empty), and the odometer at its start.
         split = tl.program_id(2)
         per_split = tl.cdiv(n_iter, SPLIT_K)
         it_begin = tl.minimum(split * per_split, n_iter)
         it_end = tl.minimum(it_begin + per_split, n_iter)
-    else:
-        it_begin = 0
-        it_end = n_iter
-    # Loop-carried (valid tap, channel block) odometer from the first step: no scalar division per step.
-    # Derived from it_begin even at 0 so that the counters are scalars (uniform registers), not 0-d tensors.
-    kb = (it_begin % k_blocks).to(tl.int32)
-    if not IS_1X1:
-        t = it_begin // k_blocks
-        jw = (t % tl.maximum(n_w, 1)).to(n_iter.dtype)
-        t = t // tl.maximum(n_w, 1)
-        jh = (t % tl.maximum(n_h, 1)).to(n_iter.dtype)
-        jd = (t // tl.maximum(n_h, 1)).to(n_iter.dtype)
+        kb = (it_begin % k_blocks).to(tl.int32)
+        if not IS_1X1:
+            t = it_begin // k_blocks
+            jw = (t % tl.maximum(n_w, 1)).to(jw.dtype)
+            t = t // tl.maximum(n_w, 1)
+            jh = (t % tl.maximum(n_h, 1)).to(jh.dtype)
+            jd = (t // tl.maximum(n_h, 1)).to(jd.dtype)
+        n_iter = it_end - it_begin
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for _ in tl.range(it_begin, it_end):
+    for _ in tl.range(0, n_iter):
         r = kb * BLOCK_K + red
         r_ok = (r < GK) & (k0 + r < K_TOTAL)
         if IS_1X1:
@@ -238,12 +242,6 @@ def _igemm_bwd_data_kernel(
             jh = tl.where(wrap, 0, jh)
             jd += wrap.to(jd.dtype)
 
-    if IS_1X1:
-        dx_row = rows * C_TOTAL
-    else:
-        # After the loop, so that it holds no registers there.
-        dx_row = (((nb * IN_D + r_d + q_d * STR_D) * IN_H + r_h + q_h * STR_H) * IN_W
-                  + r_w + q_w * STR_W) * C_TOTAL
     if SPLIT_K > 1:  # this split's row of the fp32 workspace [SPLIT_K, dX elements]
         dx_ptr += split.to(tl.int64) * BATCH * IN_D * IN_H * IN_W * C_TOTAL
     dx_ptrs = dx_ptr + dx_row[:, None] + (c0 + cols)[None, :]

@@ -245,13 +245,11 @@ def tensor_core_programs(config: KernelConfig, kernel, pointers: tuple[str, str,
     types = {first: ptr, second: ptr, result: "*fp32" if config.split_k > 1 else ptr,
              **{name: ints for name in size_params}}
     constexprs = {**tensor_core_constexprs(config), "SPLIT_K": config.split_k}
-    # Backward-data's main program gets a register budget (``register_cap``): left to itself ptxas spends up
-    # to twice the registers its forward twin does (sm_90: 143 against 102 on the 128×128×64 8-warp tile),
-    # so fewer CTAs share an SM than shared memory allows. Forward tiles either already fit or cannot
-    # compile in the budget (their accumulators), so they keep the compiler's choice.
-    max_registers = register_cap(config) if backward_data else None
+    # Backward-data's main program gets a register budget (``register_cap``): left to itself ptxas spends
+    # more registers than its forward twin (sm_90: 143 against 102 on the 128×128×64 8-warp tile), so fewer
+    # CTAs share an SM than shared memory allows.
     programs = {"main": Program(kernel, constexprs, types, config.num_warps, config.num_stages,
-                                fixed_sizes(config, kernel), max_registers=max_registers),
+                                fixed_sizes(config, kernel), max_registers=register_cap(config)),
                 **gmerge_pack.programs(config, backward_data=backward_data)}
     return with_split_reduce(programs, config)
 
