@@ -99,23 +99,32 @@ _LEAST_REGISTER_CAP = 48
 
 
 def register_cap(config: KernelConfig) -> int | None:
-    """The register budget that lets as many CTAs share an SM as its shared memory does, for a pipelined
-    (``num_stages`` ≥ 3, 16-byte ``cp.async``) 2D backward-data ``igemm`` / ``gmerge`` tile (32-bit
-    indices) — its ``main`` program; None where none is asked.
+    """The register budget that lets as many CTAs share an SM as its shared memory does, for the main
+    programs of pipelined (``num_stages`` ≥ 3, 16-byte ``cp.async``) 2D ``igemm`` / ``gmerge`` tiles with
+    32-bit indices — backward-data's, and backward-weight's 64×N×64 3-stage 16-bit tiles; None elsewhere.
 
     Shared memory per CTA = ``num_stages · (BLOCK_M·BLOCK_K + BLOCK_K·BLOCK_N)`` operand elements; CTAs by
     shared memory ``s`` = ⌊228 KiB / (that + 1 KiB)⌋ (at most 2,048 threads); the budget is
     ⌊65,536 / (threads · s)⌋ rounded down to 8, asked only where it leaves the accumulators
     (``BLOCK_M·BLOCK_N / threads`` fp32) 40 registers and is ≥ 48. ptxas left to itself spends what one CTA
     can have: the backward-data 128×128×64 8-warp tile took 143 registers (one CTA an SM) and compiles to
-    108 at a 128 budget (two, as its 96 KiB of shared memory allow) with no spill. Not 3D (its depth
-    coordinates: four of the 3D backward-data tiles spill 24–40 bytes at these budgets) nor ``gemm1x1``
-    (already under its budget: a new build id for the same binary). Not forward: its tiles already fit
-    (102 registers on that tile) or cannot compile in the budget (accumulators); backward-weight's tiles
-    spill 72–304 bytes at theirs (both surveyed with ptxas, sm_90, Triton 3.6).
+    124 at a 128 budget (two, as its 96 KiB of shared memory allow) with no spill.
+
+    Where, from compiling every 2D ``default`` tile at its budget (ptxas, sm_90, Triton 3.6): every
+    backward-data igemm / gmerge tile compiles spill-free (``gemm1x1`` is under its budget already: a new
+    build id for the same binary); 3D tiles spill 24–40 bytes (their depth coordinates); forward tiles
+    already fit or cannot compile in it (accumulators); backward-weight (two accumulator tiles while it
+    promotes chunks) spills on every tile but the 64-row, 64-deep 3-stage ones (64×32/64/128: 119–233 →
+    80–168 registers, 4 → 6, 3 → 4, 2 → 3 CTAs an SM), and of those the unsplit 64×128 too (8 bytes).
     """
-    if (config.direction is not Direction.BACKWARD_DATA or config.family not in (Family.IGEMM, Family.GMERGE)
-            or config.num_stages < 3 or config.vec != 8 or config.ndim != 2 or config.index64):
+    if (config.family not in (Family.IGEMM, Family.GMERGE) or config.num_stages < 3 or config.vec != 8
+            or config.ndim != 2 or config.index64):
+        return None
+    if config.direction is Direction.FORWARD:
+        return None
+    if config.direction is Direction.BACKWARD_WEIGHT and not (
+            config.dtype is not DType.FP32 and config.block_m == 64 and config.block_k == 64
+            and config.num_stages == 3 and (config.block_n <= 64 or config.split_k > 1)):
         return None
     threads = 32 * config.num_warps
     itemsize = 4 if config.dtype is DType.FP32 else 2

@@ -55,7 +55,15 @@ import triton
 import triton.language as tl
 
 from tiledispatch.native.configs import Family, KernelConfig
-from tiledispatch.native.kernels.base import Launch, Program, cdiv, int_type, pointer_type, tensor_core_constexprs
+from tiledispatch.native.kernels.base import (
+    Launch,
+    Program,
+    cdiv,
+    int_type,
+    pointer_type,
+    register_cap,
+    tensor_core_constexprs,
+)
 from tiledispatch.native.kernels.igemm_fwd import aligned_channels, in_range, spatial_args
 from tiledispatch.native.kernels.split_reduce import (
     weight_partials_elements,
@@ -295,11 +303,12 @@ class IgemmBackwardWeight:
         constexprs = {**tensor_core_constexprs(config), "SPLIT_K": config.split_k,
                       "PROMOTE_BLOCKS": max(1, PROMOTE_POSITIONS // config.block_k)}
         exact = config.dtype is DType.FP32  # exact fp32 dots round to nearest: never chunked
+        budget = register_cap(config)  # the 64-row 64-deep 3-stage tiles: more CTAs an SM
         programs = {"main": Program(_igemm_bwd_weight_kernel, {**constexprs, "PROMOTE": not exact}, types,
-                                    config.num_warps, config.num_stages)}
+                                    config.num_warps, config.num_stages, max_registers=budget)}
         if has_flat_program(config):
             programs["flat"] = Program(_igemm_bwd_weight_kernel, {**constexprs, "PROMOTE": False}, types,
-                                       config.num_warps, config.num_stages)
+                                       config.num_warps, config.num_stages, max_registers=budget)
         return with_split_reduce(programs, config)
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
