@@ -101,7 +101,7 @@ _LEAST_REGISTER_CAP = 48
 def register_cap(config: KernelConfig) -> int | None:
     """The register budget that lets as many CTAs share an SM as its shared memory does, for the main
     programs of pipelined (``num_stages`` ≥ 3, 16-byte ``cp.async``) 2D ``igemm`` / ``gmerge`` tiles with
-    32-bit indices — backward-data's, and backward-weight's 64×N×64 3-stage 16-bit tiles; None elsewhere.
+    32-bit indices — backward-data's, and backward-weight's 64×32×64 3-stage 16-bit tiles; None elsewhere.
 
     Shared memory per CTA = ``num_stages · (BLOCK_M·BLOCK_K + BLOCK_K·BLOCK_N)`` operand elements; CTAs by
     shared memory ``s`` = ⌊228 KiB / (that + 1 KiB)⌋ (at most 2,048 threads); the budget is
@@ -115,7 +115,9 @@ def register_cap(config: KernelConfig) -> int | None:
     build id for the same binary); 3D tiles spill 24–40 bytes (their depth coordinates); forward tiles
     already fit or cannot compile in it (accumulators); backward-weight (two accumulator tiles while it
     promotes chunks) spills on every tile but the 64-row, 64-deep 3-stage ones (64×32/64/128: 119–233 →
-    80–168 registers, 4 → 6, 3 → 4, 2 → 3 CTAs an SM), and of those the unsplit 64×128 too (8 bytes).
+    80–168 registers, 4 → 6, 3 → 4, 2 → 3 CTAs an SM; the unsplit 64×128 spills 8 bytes), and measured
+    (H100, same run, ``bench/results/2026-11-28_h100_s25/``) only the 64×32 tile gains: 1.10–1.26× on
+    the dev suite's larger grouped layers, while 64×64 and 64×128 moved 0.90–1.03×.
     """
     if (config.family not in (Family.IGEMM, Family.GMERGE) or config.num_stages < 3 or config.vec != 8
             or config.ndim != 2 or config.index64):
@@ -123,8 +125,8 @@ def register_cap(config: KernelConfig) -> int | None:
     if config.direction is Direction.FORWARD:
         return None
     if config.direction is Direction.BACKWARD_WEIGHT and not (
-            config.dtype is not DType.FP32 and config.block_m == 64 and config.block_k == 64
-            and config.num_stages == 3 and (config.block_n <= 64 or config.split_k > 1)):
+            config.dtype is not DType.FP32 and (config.block_m, config.block_n, config.block_k) == (64, 32, 64)
+            and config.num_stages == 3):
         return None
     threads = 32 * config.num_warps
     itemsize = 4 if config.dtype is DType.FP32 else 2
