@@ -1,0 +1,121 @@
+"""Registers against occupancy: each kernel's programs as ptxas compiles them and at the shared-memory budget (no GPU).
+
+For every selected kernel of a rule set, compiles each program that holds tensor-core tiles (``main``, and
+backward-weight's ``flat``) for ``--arch`` twice with the registry's compiler: as ptxas chooses (Triton's options
+without ``maxnreg``), and at the register budget that lets as many CTAs share an SM as the program's measured
+shared memory allows (⌊65,536 / (threads · CTAs by shared memory)⌋ rounded down to 8; 228 KiB an SM, 1 KiB reserved a
+CTA, at most 2,048 threads). Writes one CSV row per program: registers, shared bytes, CTAs an SM by shared memory and
+by registers, the budget, registers and spilled bytes at the budget (or the compile error), and the budget
+``native.kernels.base.register_cap`` gives the kernel. The resource report behind ``register_cap``'s rule (which
+tiles compile spill-free at the budget, and gain CTAs), not a timing.
+
+    python bench/register_budget.py --direction bwd_data --families igemm,gmerge,gemm1x1 --dtype bf16 \\
+        --out survey.csv --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+from tiledispatch.native.kernels.base import (
+    CTA_RESERVED_SHARED_BYTES,
+    SM_REGISTERS,
+    SM_SHARED_BYTES,
+    SM_THREADS,
+    register_cap,
+)
+
+FIELDS = ("kernel", "program", "registers", "spill_bytes", "shared_bytes", "ctas_by_shared", "ctas_by_registers",
+          "budget", "budget_registers", "budget_spill_bytes", "budget_error", "register_cap")
+PROGRAMS = ("main", "flat")
+
+
+def _compile(program, arch: str, maxnreg: int | None) -> tuple[int, int, int]:
+    """(registers, spilled bytes, shared bytes) of ``program`` compiled for ``arch``."""
+    import triton
+
+    from tiledispatch.native.registry import _resource_usage, _source, target_for
+
+    options = {"num_warps": program.num_warps, "num_stages": program.num_stages}
+    if maxnreg is not None:
+        options["maxnreg"] = maxnreg
+    compiled = triton.compile(_source(program), target=target_for(arch), options=options)
+    with tempfile.TemporaryDirectory() as folder:
+        cubin = Path(folder) / "kernel.cubin"
+        cubin.write_bytes(compiled.asm["cubin"])
+        registers, stack, local = _resource_usage(cubin)
+    return registers, stack + local, compiled.metadata.shared
+
+
+def ctas_by_registers(registers: int, threads: int) -> int:
+    return SM_REGISTERS // (-(-registers // 8) * 8 * threads)
+
+
+def survey(name: str, arch: str) -> list[dict]:
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""  # never a CUDA context in a worker
+    from tiledispatch.native.configs import parse_kernel_name
+    from tiledispatch.native.launch import template_for
+
+    config = parse_kernel_name(name)
+    rows = []
+    for program_name, program in template_for(config).programs(config).items():
+        if program_name not in PROGRAMS:
+            continue
+        registers, spill, shared = _compile(program, arch, None)
+        threads = 32 * program.num_warps
+        by_shared = min(SM_SHARED_BYTES // (shared + CTA_RESERVED_SHARED_BYTES), SM_THREADS // threads)
+        row = {"kernel": name, "program": program_name, "registers": registers, "spill_bytes": spill,
+               "shared_bytes": shared, "ctas_by_shared": by_shared,
+               "ctas_by_registers": ctas_by_registers(registers, threads), "register_cap": register_cap(config)}
+        budget = min(255, SM_REGISTERS // (threads * by_shared) // 8 * 8)
+        if budget < registers:  # below what ptxas chose: would the program fit, and without spilling?
+            row["budget"] = budget
+            try:
+                row["budget_registers"], row["budget_spill_bytes"], _ = _compile(program, arch, budget)
+            except Exception as error:  # ptxas: "Insufficient registers …": the budget cannot hold the tile
+                row["budget_error"] = str(error).split("ptxas fatal")[-1].strip(" :")[:120]
+        rows.append(row)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tiledispatch.native.rules import rule_set_configs
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rule-set", default="default")
+    parser.add_argument("--arch", default="sm_90")
+    parser.add_argument("--direction", action="append", help="fwd, bwd_data, bwd_weight (repeatable; default all)")
+    parser.add_argument("--families", default="igemm,gmerge,gemm1x1")
+    parser.add_argument("--dtype", default="bf16")
+    parser.add_argument("--ndim", type=int, action="append", help="2 or 3 (repeatable; default both)")
+    parser.add_argument("--kernel", action="append", help="a kernel name (repeatable): these instead of a selection")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    families = set(args.families.split(","))
+    names = sorted(args.kernel or (c.name for c in rule_set_configs(args.rule_set, args.arch)
+                                   if c.family.value in families and c.dtype.value == args.dtype
+                                   and (not args.direction or c.direction.value in args.direction)
+                                   and (not args.ndim or c.ndim in args.ndim)))
+    if not names:
+        parser.error("no kernel of the rule set matches the selection")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with ProcessPoolExecutor(max_workers=args.workers, mp_context=get_context("spawn")) as pool, \
+            args.out.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, FIELDS)
+        writer.writeheader()
+        for index, rows in enumerate(pool.map(survey, names, [args.arch] * len(names)), 1):
+            writer.writerows(rows)
+            print(f"[{index}/{len(names)}] {names[index - 1]}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
