@@ -303,7 +303,7 @@ class IgemmBackwardWeight:
         constexprs = {**tensor_core_constexprs(config), "SPLIT_K": config.split_k,
                       "PROMOTE_BLOCKS": max(1, PROMOTE_POSITIONS // config.block_k)}
         exact = config.dtype is DType.FP32  # exact fp32 dots round to nearest: never chunked
-        budget = register_cap(config)  # the 64-row 64-deep 3-stage tiles: more CTAs an SM
+        budget = register_cap(config)  # the 64×32×64 3-stage tiles: more CTAs an SM
         programs = {"main": Program(_igemm_bwd_weight_kernel, {**constexprs, "PROMOTE": not exact}, types,
                                     config.num_warps, config.num_stages, max_registers=budget)}
         if has_flat_program(config):
