@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import os
 import sys
 import tempfile
@@ -24,13 +25,7 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
-from tiledispatch.native.kernels.base import (
-    CTA_RESERVED_SHARED_BYTES,
-    SM_REGISTERS,
-    SM_SHARED_BYTES,
-    SM_THREADS,
-    register_cap,
-)
+from tiledispatch.native.kernels.base import SM_REGISTERS, ctas_by_shared_memory, occupancy_budget, register_cap
 
 FIELDS = ("kernel", "program", "registers", "spill_bytes", "shared_bytes", "ctas_by_shared", "ctas_by_registers",
           "budget", "budget_registers", "budget_spill_bytes", "budget_error", "register_cap")
@@ -43,9 +38,7 @@ def _compile(program, arch: str, maxnreg: int | None) -> tuple[int, int, int]:
 
     from tiledispatch.native.registry import _resource_usage, _source, target_for
 
-    options = {"num_warps": program.num_warps, "num_stages": program.num_stages}
-    if maxnreg is not None:
-        options["maxnreg"] = maxnreg
+    options = dataclasses.replace(program, max_registers=maxnreg).compile_options()
     compiled = triton.compile(_source(program), target=target_for(arch), options=options)
     with tempfile.TemporaryDirectory() as folder:
         cubin = Path(folder) / "kernel.cubin"
@@ -70,11 +63,11 @@ def survey(name: str, arch: str) -> list[dict]:
             continue
         registers, spill, shared = _compile(program, arch, None)
         threads = 32 * program.num_warps
-        by_shared = min(SM_SHARED_BYTES // (shared + CTA_RESERVED_SHARED_BYTES), SM_THREADS // threads)
+        by_shared = ctas_by_shared_memory(shared, threads)
         row = {"kernel": name, "program": program_name, "registers": registers, "spill_bytes": spill,
                "shared_bytes": shared, "ctas_by_shared": by_shared,
                "ctas_by_registers": ctas_by_registers(registers, threads), "register_cap": register_cap(config)}
-        budget = min(255, SM_REGISTERS // (threads * by_shared) // 8 * 8)
+        budget = occupancy_budget(threads, by_shared)
         if budget < registers:  # below what ptxas chose: would the program fit, and without spilling?
             row["budget"] = budget
             try:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import os
 import re
@@ -66,9 +67,9 @@ def _compile(kernel_name: str, variant: str, root: str) -> dict:
     config = parse_kernel_name(kernel_name)
     out = {"kernel": kernel_name, "variant": variant, "programs": {}}
     for program_name, program in template_for(config).programs(config).items():
-        options = {"num_warps": program.num_warps, "num_stages": program.num_stages}
-        if variant == "cap":
-            options = program.compile_options()
+        if variant != "cap":  # cg and ca: the registers ptxas chooses
+            program = dataclasses.replace(program, max_registers=None)
+        options = program.compile_options()
         compiled = triton.compile(_source(program), target=target_for("sm_90"), options=options)
         folder = Path(root) / variant / kernel_name / program_name
         folder.mkdir(parents=True, exist_ok=True)

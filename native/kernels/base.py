@@ -98,6 +98,16 @@ _REGISTERS_BESIDE_ACCUMULATORS = 40
 _LEAST_REGISTER_CAP = 48
 
 
+def ctas_by_shared_memory(shared_bytes: int, threads: int) -> int:
+    """CTAs of ``shared_bytes`` and ``threads`` one SM can hold by shared memory (and threads)."""
+    return min(SM_SHARED_BYTES // (shared_bytes + CTA_RESERVED_SHARED_BYTES), SM_THREADS // threads)
+
+
+def occupancy_budget(threads: int, ctas: int) -> int:
+    """Registers a thread may have so that ``ctas`` CTAs of ``threads`` share an SM: rounded down to 8, ≤ 255."""
+    return min(255, SM_REGISTERS // (threads * ctas) // 8 * 8)
+
+
 def register_cap(config: KernelConfig) -> int | None:
     """The register budget that lets as many CTAs share an SM as its shared memory does, for the main
     programs of pipelined (``num_stages`` ≥ 3, 16-byte ``cp.async``) 2D ``igemm`` / ``gmerge`` tiles with
@@ -131,10 +141,10 @@ def register_cap(config: KernelConfig) -> int | None:
     threads = 32 * config.num_warps
     itemsize = 4 if config.dtype is DType.FP32 else 2
     shared = config.num_stages * (config.block_m * config.block_k + config.block_k * config.block_n) * itemsize
-    ctas = min(SM_SHARED_BYTES // (shared + CTA_RESERVED_SHARED_BYTES), SM_THREADS // threads)
+    ctas = ctas_by_shared_memory(shared, threads)
     if ctas < 1:
         return None
-    cap = min(255, SM_REGISTERS // (threads * ctas) // 8 * 8)
+    cap = occupancy_budget(threads, ctas)
     accumulators = config.block_m * config.block_n // threads
     if cap < max(_LEAST_REGISTER_CAP, accumulators + _REGISTERS_BESIDE_ACCUMULATORS) or cap >= 255:
         return None
