@@ -80,7 +80,11 @@ def read_rows(data_dirs: Iterable[Path | str]) -> tuple[Any, list[dict]]:
             mine.setdefault(key, set()).add(kernel)
         if refreshing:  # its rows replace those of the same (problem, kernel) read so far
             replaced = set(zip(frame["problem_key"].tolist(), frame["kernel"].tolist()))
-            frames = [f[[pair not in replaced for pair in zip(f["problem_key"].tolist(), f["kernel"].tolist())]]
+            # A boolean array, not a list: an empty list would select no columns of a frame an earlier refresh
+            # emptied, and the next refresh would find no problem_key in it.
+            frames = [f[np.fromiter((pair not in replaced
+                                     for pair in zip(f["problem_key"].tolist(), f["kernel"].tolist())),
+                                    dtype=bool, count=len(f))]
                       for f in frames]
         for key, kernels in ({} if refreshing else mine).items():
             if not completion and key in owner:

@@ -4,6 +4,7 @@ complete without a kernel counted twice (no GPU needed: measuring is faked)."""
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import asdict
 
 import pytest
@@ -133,6 +134,16 @@ def test_refresh_remeasures_the_kernels_whose_build_changed_and_its_rows_replace
     frame, _ = read_rows([earlier, out])
     times = dict(zip(frame["kernel"], frame["graph_us"]))
     assert times[changed] == 1.0 and times[same[0]] == 9.0  # the refreshed row replaced the stale one
+    # Refreshes of refreshes (each session re-times the kernels it changed): a folder whose rows a later one
+    # replaced entirely stays a frame with its columns, so a third and fourth refresh still read.
+    again = []
+    for index in range(3):
+        folder = tmp_path / f"refresh_again_{index}"
+        shutil.copytree(out, folder)
+        again.append(folder)
+    frame, _ = read_rows([earlier, out, *again])
+    assert sorted(frame.loc[frame["kernel"] == changed, "graph_us"]) == [1.0]
+    assert len(frame) == len(rows)
     assert len(frame) == len(rows)
     with pytest.raises(ValueError, match="completes or refreshes"):
         bench.run_sweep([MEASURED], settings, tmp_path / "both", complete=[earlier], refresh=[earlier],

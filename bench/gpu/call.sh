@@ -103,6 +103,8 @@ print('^(' + '|'.join(v) + ')\$' if sys.argv[2] == 'new_kernels' else ' '.join(v
 # every N-th problem), from REGISTRY, into $WORK/complete_new_KIND_DIR (a later call on the warm machine resumes it).
 complete_new() {
   local d=$1 kind=$2 shard=()
+  # An empty list still costs the sweep's planning over every folder (minutes for a 3,000-problem training list).
+  if [ "$(refresh_set "$d" new_kernels)" = '^()$' ]; then echo "complete new $kind $d: no new_kernels"; return; fi
   if [ "$kind" = train ] && [ -n "${SHARD:-}" ]; then shard=(--shard "$SHARD"); fi
   # shellcheck disable=SC2046
   timeout "$(left)" td bench --problems "models/data/problems/${kind}_$d.json" --direction "$d" \
