@@ -287,6 +287,45 @@ def _dwrun_data_kernel(
         acc = _zeros_tuple(RUN, RUNS, BLOCK_N) + acc[:(F_H - 1) * RUN]
 
 
+# Register budgets (Triton ``maxnreg``) of the 2D ``run`` programs, keyed by (weight?, RUN, BLOCK_N, F_H, warps,
+# stages, RUNS, vec): from compiling every 2D ``default`` dwrun tile for sm_90 at 160, 128, 112, 96, 80, 64, 56 and 48
+# registers (ptxas, Triton 3.6, bf16 and fp16), the largest budget that puts one more program on an SM (or more)
+# and compiles without spilling (``bench/results/2026-11-28_h200_s26/dwrun_register_survey/``). ptxas, left to
+# itself, spends what the fewest programs an SM can have: 7×7 backward-weight runs of 4 on 2 warps take 150
+# registers (6 programs an SM), 127 at a 128 budget (8). Tiles not listed spill at every budget that gains a
+# program (the 7×7 forward / backward-data runs: 8–24 bytes) or gain none.
+_RUN_REGISTER_BUDGETS = {
+    # forward / backward-data
+    (False, 14, 16, 3, 4, 1, 8, 1): 96,    # 119 → 93 registers, 4 → 5 programs an SM
+    (False, 8, 16, 3, 2, 2, 4, 1): 80,     # 87 → 80, 11 → 12
+    (False, 8, 64, 3, 4, 1, 2, 1): 64,     # 72 → 63, 7 → 8
+    # backward-weight
+    (True, 14, 32, 3, 2, 1, 2, 1): 112,    # 136 → 102, 7 → 9
+    (True, 4, 16, 5, 4, 2, 8, 1): 80,      # 107 → 80, 4 → 6
+    (True, 4, 16, 7, 2, 2, 4, 1): 128,     # 150 → 127, 6 → 8
+    (True, 4, 16, 7, 4, 2, 8, 1): 128,     # 150 → 127, 3 → 4
+    (True, 4, 32, 7, 2, 2, 2, 1): 128,     # 148 → 128, 6 → 8
+    (True, 7, 128, 3, 4, 2, 1, 1): 80,     # 96 → 80, 5 → 6
+    (True, 7, 128, 5, 4, 2, 1, 1): 128,    # 142 → 123, 3 → 4
+    (True, 7, 16, 3, 4, 2, 8, 1): 80,      # 96 → 80, 5 → 6
+    (True, 7, 16, 3, 8, 2, 16, 1): 80,     # 99 → 80, 2 → 3
+    (True, 7, 16, 5, 4, 2, 8, 1): 128,     # 145 → 123, 3 → 4
+    (True, 7, 32, 3, 4, 2, 4, 1): 80,      # 96 → 80, 5 → 6
+    (True, 7, 32, 5, 2, 2, 2, 1): 128,     # 146 → 123, 6 → 8
+    (True, 7, 32, 7, 2, 2, 2, 1): 160,     # 251 → 160, 4 → 6
+}
+
+
+def run_register_budget(config: KernelConfig) -> int | None:
+    """The ``run`` program's register budget (:data:`_RUN_REGISTER_BUDGETS`), 2D 16-bit tiles with 32-bit indices;
+    None elsewhere (3D backward-weight walks its depth coordinates in registers too: not surveyed)."""
+    if config.ndim != 2 or config.index64 or config.dtype.value not in ("bf16", "fp16"):
+        return None
+    key = (config.direction is Direction.BACKWARD_WEIGHT, config.block_m, config.block_n, config.block_k,
+           config.num_warps, config.num_stages, config.group_m, config.vec)
+    return _RUN_REGISTER_BUDGETS.get(key)
+
+
 def channel_pairs(config: KernelConfig) -> dict[str, int]:
     """``vec`` 2: ``CHANNELS`` promised even (support.py refuses odd counts). The same source then compiles to
     32-bit loads and stores of channel pairs: with every row offset a multiple of ``C``, Triton proves two
@@ -313,7 +352,7 @@ class DwrunData:
                       "FLIP": self.direction is Direction.BACKWARD_DATA, "PREFETCH": config.num_stages == 2,
                       "INDEX64": config.index64}
         return {"run": Program(_dwrun_data_kernel, constexprs, types, config.num_warps, 1,
-                               divisible=channel_pairs(config))}
+                               divisible=channel_pairs(config), max_registers=run_register_budget(config))}
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
         return 0
@@ -343,7 +382,8 @@ class DwrunBackwardWeight:
                       "PREFETCH": config.num_stages == 2, "INDEX64": config.index64}
         fixed = fixed_sizes(config, _dwrun_bwd_weight_kernel)
         return with_split_reduce({"run": Program(_dwrun_bwd_weight_kernel, constexprs, types, config.num_warps, 1,
-                                                 fixed, channel_pairs(config))}, config)
+                                                 fixed, channel_pairs(config),
+                                                 max_registers=run_register_budget(config))}, config)
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
         return weight_partials_elements(problem, config)

@@ -288,9 +288,12 @@ DWROLL_GPU_HELD = (((64, 32, 4), 4, 7), ((16, 32, 4), 4, 7), ((32, 16, 4), 2, 3)
 DWROW_GPU_TILES = ((64, 16, 3, 4, 1, 1), (32, 32, 3, 4, 2, 16), (16, 64, 5, 4, 2, 32), (32, 16, 7, 4, 2, 64),
                    (64, 32, 7, 8, 2, 128), (64, 16, 3, 8, 1, 8))
 #: dwrun GPU-test kernels (run, runs, block_n, filter height, warps, num_stages, split_k): unsplit and split up to 128,
-#: plain and loading a step ahead, 1 to 8 warps, runs of 4 to 14 columns, every filter height.
+#: plain and loading a step ahead, 1 to 8 warps, runs of 4 to 14 columns, every filter height; under a register
+#: budget (dwrun.run_register_budget): backward-weight's 4×16×7 / 4 warps and 7×16×3 / 8 warps, the data directions'
+#: 14×16×3 / 4 warps and 8×16×3 / 2 warps.
 DWRUN_GPU_TILES = ((7, 8, 16, 7, 4, 2, 64), (7, 4, 32, 7, 4, 1, 1), (4, 8, 16, 7, 4, 2, 128), (8, 4, 32, 5, 4, 2, 16),
-                   (14, 4, 32, 3, 4, 2, 32), (7, 16, 16, 3, 8, 2, 8), (8, 1, 32, 3, 1, 1, 4))
+                   (14, 4, 32, 3, 4, 2, 32), (7, 16, 16, 3, 8, 2, 8), (8, 1, 32, 3, 1, 1, 4), (14, 8, 16, 3, 4, 1, 16),
+                   (8, 4, 16, 3, 2, 2, 16))
 #: dwrun channel-pair (vec 2) GPU-test kernels, as DWRUN_GPU_TILES (runs · block_n = 64 × warps): 3×3, 5×5, 7×7.
 DWRUN_GPU_PAIR_TILES = ((8, 4, 32, 3, 2, 2, 16), (7, 2, 64, 5, 2, 1, 1), (2, 8, 32, 7, 4, 2, 64))
 #: Backward-weight dwroll kernels beyond DWROLL_GPU_TILES: default's lean 3x3 tile at its largest split.
