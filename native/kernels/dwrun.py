@@ -288,31 +288,32 @@ def _dwrun_data_kernel(
 
 
 # Register budgets (Triton ``maxnreg``) of the 2D ``run`` programs, keyed by (weight?, RUN, BLOCK_N, F_H, warps,
-# stages, RUNS, vec): from compiling every 2D ``default`` dwrun tile for sm_90 at 160, 128, 112, 96, 80, 64, 56 and 48
-# registers (ptxas, Triton 3.6, bf16 and fp16), the largest budget that puts one more program on an SM (or more)
-# and compiles without spilling (``bench/results/2026-11-28_h200_s26/dwrun_register_survey/``). ptxas, left to
-# itself, spends what the fewest programs an SM can have: 7×7 backward-weight runs of 4 on 2 warps take 150
-# registers (6 programs an SM), 127 at a 128 budget (8). Tiles not listed spill at every budget that gains a
-# program (the 7×7 forward / backward-data runs: 8–24 bytes) or gain none.
+# stages, RUNS, vec). Survey (``bench/results/2026-11-28_h200_s26/dwrun_register_survey/``): every 2D ``default``
+# dwrun tile compiled for sm_90 at 160, 128, 112, 96, 80, 64, 56 and 48 registers (ptxas, Triton 3.6); 16 tiles
+# compile without spilling at a budget that puts one more program on an SM (or more), bf16 and fp16 alike. ptxas, left
+# to itself, spends what the fewest programs an SM can have: 7×7 backward-weight runs of 4 on 2 warps take 150
+# registers (6 programs an SM), 127 at a 128 budget (8). Timed on the H200 against ptxas's choice, same binaries
+# otherwise, 21 stride-1 depthwise layer-directions (``dwrun_regcap_probe/``; the same binary timed twice moved
+# 0.998–1.013×): the 12 tiles below gained on every layer or stayed within that noise (up to 1.23×: 8×16×3 data runs
+# on 14×14, 16.8 → 13.6 µs; 1.20× 7×16×3 on 8 warps). Left out: 7×32×7 (251 → 160 registers: 0.91–0.96×), and
+# 8×64×3 data, 7×16×3 / 7×32×3 backward-weight on 4 warps (0.97–1.01×, mostly below 1). No layer's fastest kernel
+# changed by more than 1.7 %: these are rarely the best tiles. Tiles not listed spill at every budget that gains
+# a program (the 7×7 forward / backward-data runs: 8–24 bytes) or gain none.
 _RUN_REGISTER_BUDGETS = {
     # forward / backward-data
-    (False, 14, 16, 3, 4, 1, 8, 1): 96,    # 119 → 93 registers, 4 → 5 programs an SM
-    (False, 8, 16, 3, 2, 2, 4, 1): 80,     # 87 → 80, 11 → 12
-    (False, 8, 64, 3, 4, 1, 2, 1): 64,     # 72 → 63, 7 → 8
+    (False, 14, 16, 3, 4, 1, 8, 1): 96,    # 119 → 93 registers, 4 → 5 programs an SM; 0.97–1.19×
+    (False, 8, 16, 3, 2, 2, 4, 1): 80,     # 87 → 80, 11 → 12; 0.99–1.23×
     # backward-weight
-    (True, 14, 32, 3, 2, 1, 2, 1): 112,    # 136 → 102, 7 → 9
-    (True, 4, 16, 5, 4, 2, 8, 1): 80,      # 107 → 80, 4 → 6
-    (True, 4, 16, 7, 2, 2, 4, 1): 128,     # 150 → 127, 6 → 8
-    (True, 4, 16, 7, 4, 2, 8, 1): 128,     # 150 → 127, 3 → 4
-    (True, 4, 32, 7, 2, 2, 2, 1): 128,     # 148 → 128, 6 → 8
-    (True, 7, 128, 3, 4, 2, 1, 1): 80,     # 96 → 80, 5 → 6
-    (True, 7, 128, 5, 4, 2, 1, 1): 128,    # 142 → 123, 3 → 4
-    (True, 7, 16, 3, 4, 2, 8, 1): 80,      # 96 → 80, 5 → 6
-    (True, 7, 16, 3, 8, 2, 16, 1): 80,     # 99 → 80, 2 → 3
-    (True, 7, 16, 5, 4, 2, 8, 1): 128,     # 145 → 123, 3 → 4
-    (True, 7, 32, 3, 4, 2, 4, 1): 80,      # 96 → 80, 5 → 6
-    (True, 7, 32, 5, 2, 2, 2, 1): 128,     # 146 → 123, 6 → 8
-    (True, 7, 32, 7, 2, 2, 2, 1): 160,     # 251 → 160, 4 → 6
+    (True, 14, 32, 3, 2, 1, 2, 1): 112,    # 136 → 102, 7 → 9; 1.01–1.05×
+    (True, 4, 16, 5, 4, 2, 8, 1): 80,      # 107 → 80, 4 → 6; 1.01–1.02×
+    (True, 4, 16, 7, 2, 2, 4, 1): 128,     # 150 → 127, 6 → 8; 1.01–1.02×
+    (True, 4, 16, 7, 4, 2, 8, 1): 128,     # 150 → 127, 3 → 4; 1.01–1.06×
+    (True, 4, 32, 7, 2, 2, 2, 1): 128,     # 148 → 128, 6 → 8; 1.01–1.03×
+    (True, 7, 128, 3, 4, 2, 1, 1): 80,     # 96 → 80, 5 → 6; 1.00–1.01×
+    (True, 7, 128, 5, 4, 2, 1, 1): 128,    # 142 → 123, 3 → 4; 1.01–1.03×
+    (True, 7, 16, 3, 8, 2, 16, 1): 80,     # 99 → 80, 2 → 3; 1.00–1.20×
+    (True, 7, 16, 5, 4, 2, 8, 1): 128,     # 145 → 123, 3 → 4; 1.02–1.09×
+    (True, 7, 32, 5, 2, 2, 2, 1): 128,     # 146 → 123, 6 → 8; 1.01×
 }
 
 
