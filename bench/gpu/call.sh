@@ -18,8 +18,10 @@
 #             the shipped bf16 models (bench/gpu/refresh_sets.json): re-measure their changed kernels within WITHIN
 #             (default 1.25) x the problem's earlier best (--refresh, --training) into $WORK/refresh_{train,validation}_DIR,
 #             then time the configs no folder has (new_kernels; --complete; SHARD=I/N: every N-th training problem) into
-#             $WORK/complete_new_*; a later call on the same warm machine resumes them. KINDS: the lists and their order
-#             (default 'train validation').
+#             $WORK/complete_new_* (COMPLETE=0: not); a later call on the same warm machine resumes them. KINDS: the
+#             lists and their order (default 'train validation'). A part of the rule set: BUILD_ARGS builds it
+#             and REFRESH_ARGS names it to the sweep (e.g. '--family dwrun --dtype bf16' and '--families dwrun'), so
+#             only its changed kernels are re-timed.
 #   new:      refresh's completion half alone (DIRS default 'fwd bwd_data', KINDS), from a registry of only the
 #             new_kernels ($WORK/registry_new; BUILD=0 skips the default build this mode does not need).
 #   configs:  bench/gpu/config_probe.py on PROBE_KERNELS (default stages_probe_kernels.json), as built (PROBE_VARIANTS,
@@ -68,7 +70,9 @@ fi
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c "import torch, triton; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version(), 'triton', triton.__version__)"; echo "commit $TILEDISPATCH_GIT_COMMIT"; } | tee "$WORK/logs/env.txt"
 start=$(date +%s)
 left() { echo $(( ${DEADLINE_S:-560} - ($(date +%s) - ${T0:-$start}) )); }
-[ "${BUILD:-1}" = 0 ] || ( time td registry build --rule-set "${RULE_SET:-default}" --arch sm_90 --workers "$(nproc)" --cache-dir "$REG" --allow-failures ) > "$WORK/logs/build_default.txt" 2>&1
+# BUILD_ARGS: a part of the rule set (e.g. '--family dwrun --dtype bf16 --ndim 2': what a refresh of those kernels needs).
+# shellcheck disable=SC2086
+[ "${BUILD:-1}" = 0 ] || ( time td registry build --rule-set "${RULE_SET:-default}" ${BUILD_ARGS:-} --arch sm_90 --workers "$(nproc)" --cache-dir "$REG" --allow-failures ) > "$WORK/logs/build_default.txt" 2>&1
 [ "${BUILD:-1}" = 0 ] || grep -v "^\s*\[" "$WORK/logs/build_default.txt" | tail -6
 SYN=${SYN:-$PWD/.carry/synthetic}  # SYN=/tmp/...: a folder that survives the next call's tree copy on a warm machine
 # sweep LOG REPORT OUT TITLE BENCH-ARGS...: an --oracle-only td bench sweep into OUT (resumes; log
@@ -213,12 +217,12 @@ print(json.dumps([p.to_dict() for p in s(100, seed=7) if p.c_per_group == 1 and 
   refresh)
     for d in ${DIRS:-bwd_weight fwd bwd_data}; do
       for kind in ${KINDS:-train validation}; do
-        # shellcheck disable=SC2046
+        # shellcheck disable=SC2046,SC2086
         timeout "$(left)" td bench --problems "models/data/problems/${kind}_$d.json" --direction "$d" \
-          --refresh $(refresh_set "$d" "$kind") --refresh-within "${WITHIN:-1.25}" --training --cache-dir "$REG" \
+          --refresh $(refresh_set "$d" "$kind") --refresh-within "${WITHIN:-1.25}" --training ${REFRESH_ARGS:-} --cache-dir "$REG" \
           --out "$WORK/refresh_${kind}_$d" >> "$WORK/logs/refresh_${kind}_$d.txt" 2>&1
         echo "refresh $kind $d rc $?"; grep -E "^bench: refreshing" "$WORK/logs/refresh_${kind}_$d.txt" | tail -1; tail -1 "$WORK/logs/refresh_${kind}_$d.txt"
-        complete_new "$d" "$kind" "$REG"
+        [ "${COMPLETE:-1}" = 0 ] || complete_new "$d" "$kind" "$REG"
       done
     done
     ;;
