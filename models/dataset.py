@@ -5,7 +5,11 @@ Rows are problems × kernels (and cuDNN). Times are CUDA-graph replay (``graph_u
 ``status`` ``ok`` rows are checked against the float64 reference and fully timed. ``pruned`` rows
 (``--oracle-only`` sweeps) carry only a 3-call event estimate of a kernel known to be ≥ 1.5× slower
 than the best so far; they are kept for training when asked (``include_pruned``) with that
-estimate as target, never for the oracle.
+estimate as target, never for the oracle. That estimate is per-call event time, which includes the host's
+launch cost: where the device is the slower side it is the kernel's time, but on a problem of a few µs it is mostly
+the launch (event 25–120 µs against a device time of 2–4 µs), ten times the unit of the timed rows beside it.
+``pruned_min_device_share`` keeps a problem's pruned rows only where its fastest timed row's device time is at
+least that share of its event time.
 
 cuDNN rows: kernel ``cudnn`` is ``cudnn.benchmark=True`` (autotuned); ``cudnn_heuristic`` (when
 the bench records it) is ``cudnn.benchmark=False`` — cuDNN's own heuristic pick.
@@ -127,12 +131,17 @@ def _time(graph_us: float, event_median_us: float) -> float:
 
 
 def problem_rows(frame: Any, *, direction: str | None = None, dtype: str | None = None,
-                 include_pruned: bool = False, kernels: frozenset[str] | None = None) -> list[ProblemRows]:
+                 include_pruned: bool = False, kernels: frozenset[str] | None = None,
+                 pruned_min_device_share: float = 0.0) -> list[ProblemRows]:
     """Group rows by problem (sorted by key, configs by name: a deterministic order). A problem's
     rows are read in frame order: a kernel's later ``ok`` row replaces an earlier one, a pruned row
     never replaces one already read; the last ``ok`` cuDNN row of each kind counts. ``kernels``
     (e.g. ``native.rules.rule_set_names("default")``) keeps only those kernels' rows (cuDNN rows stay): data
-    measured with a registry that held more than the rule set is read as that rule set's."""
+    measured with a registry that held more than the rule set is read as that rule set's.
+    ``include_pruned`` with ``pruned_min_device_share`` s > 0: a problem keeps its pruned rows only if its
+    fastest timed kernel's ``graph_us ≥ s · event_median_us`` (its event estimates are device time, not launch)."""
+    if not 0.0 <= pruned_min_device_share <= 1.0:
+        raise ValueError(f"pruned_min_device_share: a share of the event time in [0, 1], got {pruned_min_device_share}")
     from types import SimpleNamespace
 
     if direction:
@@ -164,6 +173,12 @@ def problem_rows(frame: Any, *, direction: str | None = None, dtype: str | None 
                 t = _time(graph[i], event[i])
                 if t == t and t > 0 and (kernel not in by_kernel or status == "ok"):
                     by_kernel[kernel] = (t, status == "ok")
+        if pruned_min_device_share > 0 and any(not ok for _, ok in by_kernel.values()):
+            timed = [i for i in rows if statuses[i] == "ok" and kernels[i] in by_kernel and graph[i] == graph[i]
+                     and kernels[i] not in (CUDNN_AUTOTUNED, CUDNN_HEURISTIC)]
+            fastest = min(timed, key=lambda i: graph[i], default=None)
+            if fastest is None or not graph[fastest] >= pruned_min_device_share * event[fastest]:
+                by_kernel = {n: v for n, v in by_kernel.items() if v[1]}
         if problem.planar is not None:
             # A 3D problem that is a 2D one is selected as that 2D problem, among 2D kernels only
             # (ConvProblem.canonical): where it has 2D-kernel rows it is read so, its 3D kernels' rows left out.

@@ -103,6 +103,9 @@ class TrainSettings:
     num_threads: int = 1
     group_by: str = "key"  # "key" (whole problem tuple) or "shape" (all batches of a convolution)
     include_pruned: bool = False
+    # With include_pruned: keep a problem's pruned rows only where its fastest timed kernel's device time is at least
+    # this share of its event time (dataset.problem_rows); 0 keeps them all.
+    pruned_min_device_share: float = 0.0
     objective: str = "regression"  # a key of OBJECTIVES; "lambdarank" adds the ranker
     rank_grades: int = 100      # G: grade = round(G · t*/t)
     rank_gain_power: float = 2.0  # q: gain(grade) = (grade / G) ** q
@@ -111,6 +114,9 @@ class TrainSettings:
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective: {self.objective!r} is not one of {sorted(OBJECTIVES)}")
+        if not 0.0 <= self.pruned_min_device_share <= 1.0:
+            raise ValueError(f"pruned_min_device_share: a share of the event time in [0, 1], "
+                             f"got {self.pruned_min_device_share}")
         if self.rank_grades < 1:
             raise ValueError(f"rank_grades: must be >= 1 (grade = round(rank_grades · t*/t)), got {self.rank_grades}")
         if not self.rank_gain_power > 0:
@@ -306,7 +312,8 @@ def train_artifact(data_dirs: Sequence[Path], direction: Direction, dtype: DType
     kernels = rule_set_names(rule_set, arch) if rule_set else None
     problems = [pr for d in (dtype, *[x for x in also_dtypes if x is not dtype])
                 for pr in problem_rows(frame, direction=direction.value, dtype=d.value,
-                                       include_pruned=settings.include_pruned, kernels=kernels)]
+                                       include_pruned=settings.include_pruned, kernels=kernels,
+                                       pruned_min_device_share=settings.pruned_min_device_share)]
     excluded = exclude_shapes(exclude) if exclude else set()
     if excluded:
         from tiledispatch.models.dataset_plan import shape_of
