@@ -14,7 +14,8 @@ For each problem (one direction, one dtype):
    ``F.conv{2,3}d``, backward through ``aten.convolution_backward``), timed the same two ways.
 
 ``--oracle-only`` takes a 3-call estimate first and skips the full timing of kernels already 1.5×
-slower than the best so far (status ``pruned``).
+slower than the best so far (status ``pruned``) — on problems whose timed kernels spend at least half of each
+call's event time on the device; where the launch outlasts the kernel every kernel is timed in full.
 
 Crash isolation: the measuring runs in a spawned worker process; the parent hears "starting kernel
 X" before each launch, so when the worker dies (a GPU fault poisons its CUDA context) or hangs past
@@ -51,6 +52,9 @@ CUDNN = "cudnn"                        # cuDNN autotuned: cudnn.benchmark=True
 CUDNN_HEURISTIC = "cudnn_heuristic"    # cuDNN's own heuristic pick: cudnn.benchmark=False
 BASELINES = (CUDNN, CUDNN_HEURISTIC)
 PRUNE_FACTOR = 1.5
+# A problem prunes only while every timed kernel's device (graph) time is at least this share of its per-call event
+# time: where the launch outlasts the kernel, the 3-call estimate measures the host, not the kernel.
+PRUNE_MIN_DEVICE_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -442,8 +446,12 @@ def measure_cudnn(setup: ProblemSetup, ceilings: Ceilings, settings: BenchSettin
 
 def prune_reference_us(row: dict) -> float:
     """What an ``ok`` row contributes to the pruning bar: its per-call event time (like the 3-call
-    estimate it is compared with), never its graph-replay device time."""
-    return row["event_median_us"]
+    estimate it is compared with), never its graph-replay device time; ``inf`` (no pruning) where its
+    device time is below ``PRUNE_MIN_DEVICE_SHARE`` of that event time: the launch dominates each call, so an
+    estimate 1.5× the bar says how slowly the host launched, not how slowly the kernel ran (session 26: pruned
+    estimates of 57–121 µs beside kernels of 2–4 µs on the device)."""
+    event = row["event_median_us"]
+    return event if row["graph_us"] >= PRUNE_MIN_DEVICE_SHARE * event else float("inf")
 
 
 def measure_iter(problem: ConvProblem, configs: list[KernelConfig], registry: Any, ceilings: Ceilings,
@@ -454,12 +462,15 @@ def measure_iter(problem: ConvProblem, configs: list[KernelConfig], registry: An
     setup = new_setup(problem, settings)
     loader = registry.loader()
     best = float("inf")
+    launch_bound = False  # once a timed kernel shows the launch outlasting it, nothing of the problem is pruned
     for config in configs:
         notify(config.name)
-        row = measure_kernel(setup, config, loader, ceilings, settings, best)
+        row = measure_kernel(setup, config, loader, ceilings, settings, float("inf") if launch_bound else best)
         row["kernel_build"] = registry.builds.get(config.name, "")
         if row["status"] == "ok":
-            best = min(best, prune_reference_us(row))
+            reference = prune_reference_us(row)
+            launch_bound |= reference == float("inf")
+            best = min(best, reference)
         yield row
     if settings.include_cudnn:
         notify(CUDNN)
