@@ -294,10 +294,11 @@ def _dwrun_data_kernel(
 # to itself, spends what the fewest programs an SM can have: 7×7 backward-weight runs of 4 on 2 warps take 150
 # registers (6 programs an SM), 127 at a 128 budget (8). Timed on the H200 against ptxas's choice, same binaries
 # otherwise, 21 stride-1 depthwise layer-directions (``dwrun_regcap_probe/``; the same binary timed twice moved
-# 0.998–1.013×): the 12 tiles below gained on every layer or stayed within that noise (up to 1.23×: 8×16×3 data runs
-# on 14×14, 16.8 → 13.6 µs; 1.20× 7×16×3 on 8 warps). Left out: 7×32×7 (251 → 160 registers: 0.91–0.96×), and
-# 8×64×3 data, 7×16×3 / 7×32×3 backward-weight on 4 warps (0.97–1.01×, mostly below 1). No layer's fastest kernel
-# changed by more than 1.7 %: these are rarely the best tiles. Tiles not listed spill at every budget that gains
+# 0.998–1.013×): the 12 tiles below gained on most layers, geomean 1.01–1.11× a tile (up to 1.23×: 8×16×3 data runs
+# on 14×14, 16.8 → 13.6 µs; 1.20× 7×16×3 on 8 warps; the one loss beyond that noise, 14×16×3 data runs on c32 112²,
+# 0.97×). Left out: 7×32×7 (251 → 160 registers: 0.91–0.96×), and 8×64×3 data, 7×16×3 / 7×32×3 backward-weight on 4
+# warps (geomean 0.995–1.02×, mostly below 1). No layer's fastest kernel changed by more than 1.7 %: these are rarely
+# the best tiles. Tiles not listed spill at every budget that gains
 # a program (the 7×7 forward / backward-data runs: 8–24 bytes) or gain none.
 _RUN_REGISTER_BUDGETS = {
     # forward / backward-data
