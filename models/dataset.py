@@ -144,6 +144,8 @@ def problem_rows(frame: Any, *, direction: str | None = None, dtype: str | None 
         raise ValueError(f"pruned_min_device_share: a share of the event time in [0, 1], got {pruned_min_device_share}")
     from types import SimpleNamespace
 
+    from tiledispatch.native.bench import device_dominated
+
     if direction:
         frame = frame[frame.direction == direction]
     if dtype:
@@ -174,10 +176,9 @@ def problem_rows(frame: Any, *, direction: str | None = None, dtype: str | None 
                 if t == t and t > 0 and (kernel not in by_kernel or status == "ok"):
                     by_kernel[kernel] = (t, status == "ok")
         if pruned_min_device_share > 0 and any(not ok for _, ok in by_kernel.values()):
-            timed = [i for i in rows if statuses[i] == "ok" and kernels[i] in by_kernel and graph[i] == graph[i]
-                     and kernels[i] not in (CUDNN_AUTOTUNED, CUDNN_HEURISTIC)]
+            timed = [i for i in rows if statuses[i] == "ok" and kernels[i] in by_kernel and graph[i] == graph[i]]
             fastest = min(timed, key=lambda i: graph[i], default=None)
-            if fastest is None or not graph[fastest] >= pruned_min_device_share * event[fastest]:
+            if fastest is None or not device_dominated(graph[fastest], event[fastest], pruned_min_device_share):
                 by_kernel = {n: v for n, v in by_kernel.items() if v[1]}
         if problem.planar is not None:
             # A 3D problem that is a 2D one is selected as that 2D problem, among 2D kernels only

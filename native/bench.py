@@ -444,6 +444,13 @@ def measure_cudnn(setup: ProblemSetup, ceilings: Ceilings, settings: BenchSettin
         torch.backends.cudnn.benchmark = True
 
 
+def device_dominated(graph_us: float, event_us: float, share: float = PRUNE_MIN_DEVICE_SHARE) -> bool:
+    """Whether a timed kernel's device (graph) time is at least ``share`` of its per-call event time: then event
+    times of that problem measure the kernels, not the host's launch (the pruning bar and its estimates, and
+    ``models.dataset.problem_rows``'s use of them)."""
+    return graph_us >= share * event_us
+
+
 def prune_reference_us(row: dict) -> float:
     """What an ``ok`` row contributes to the pruning bar: its per-call event time (like the 3-call
     estimate it is compared with), never its graph-replay device time; ``inf`` (no pruning) where its
@@ -451,7 +458,7 @@ def prune_reference_us(row: dict) -> float:
     estimate 1.5× the bar says how slowly the host launched, not how slowly the kernel ran (session 26: pruned
     estimates of 57–121 µs beside kernels of 2–4 µs on the device)."""
     event = row["event_median_us"]
-    return event if row["graph_us"] >= PRUNE_MIN_DEVICE_SHARE * event else float("inf")
+    return event if device_dominated(row["graph_us"], event) else float("inf")
 
 
 def measure_iter(problem: ConvProblem, configs: list[KernelConfig], registry: Any, ceilings: Ceilings,
