@@ -48,8 +48,8 @@ deterministic, no atomics): in backward-weight the N·prod(out) positions (every
 forward and backward-data the flattened (filter tap × channel block) loop of the tensor-core families
 igemm, gmerge and gemm1x1 (for small GEMM M, e.g. batch-1 inference, where the (m, n) tiles alone leave
 most SMs idle). direct, dwroll, tma and gwalk kernels of the data directions do not split (split_k = 1).
-``vec`` = 8 promises 16-byte-aligned channel runs, ``vec`` = 2 (dwrun) channel pairs: an even channel count
-(``is_supported`` checks the channel counts);
+``vec`` = 8 promises 16-byte-aligned channel runs, ``vec`` = 2 or 4 (dwrun) that many neighbouring channels a
+thread: a channel count divisible by ``vec`` (``is_supported`` checks the channel counts);
 ``index64`` computes element offsets in 64 bits for tensors over 2^31 elements.
 """
 
@@ -162,10 +162,10 @@ class KernelConfig:
                 raise ConfigError(f"{name}: must be a power of two >= 1, got {value}")
         if self.num_stages < 1:
             raise ConfigError(f"num_stages: must be >= 1, got {self.num_stages}")
-        if self.vec not in (1, 2, 8):
-            raise ConfigError(f"vec: must be 1, 2 (dwrun) or 8, got {self.vec}")
-        if self.vec == 2 and self.family is not Family.DWRUN:
-            raise ConfigError(f"vec: 2 (channel pairs) is a dwrun tile, not {self.family.value}")
+        if self.vec not in (1, 2, 4, 8):
+            raise ConfigError(f"vec: must be 1, 2 or 4 (dwrun) or 8, got {self.vec}")
+        if self.vec in (2, 4) and self.family is not Family.DWRUN:
+            raise ConfigError(f"vec: {self.vec} (channels a thread) is a dwrun tile, not {self.family.value}")
         if (self.split_k > 1 and self.direction is not Direction.BACKWARD_WEIGHT
                 and self.family not in (Family.IGEMM, Family.GMERGE, Family.GEMM1X1)):
             raise ConfigError(f"split_k: {self.direction.value} kernels split the reduction only in the "
@@ -212,10 +212,15 @@ class KernelConfig:
                 raise ConfigError(f"block_k: a dwrow kernel's filter width must be 1..{MAX_DWROLL_FILTER_HEIGHT}, "
                                   f"got {self.block_k}")
         elif self.family is Family.DWRUN:
-            if self.vec not in (1, 2) or self.num_stages not in (1, 2) or self.merge != 1:
+            if self.vec not in (1, 2, 4) or self.num_stages not in (1, 2, 3, 4) or self.merge != 1:
                 raise ConfigError("vec/num_stages/merge: dwrun kernels use vec=1 (one 16-bit channel value a thread: "
-                                  "any channel count) or 2 (a channel pair, one 32-bit load: even channel counts), "
-                                  "num_stages=1 (or 2: loads one row ahead), merge=1")
+                                  "any channel count), 2 or 4 (channels a thread, one 32- or 64-bit load: channel "
+                                  "counts divisible by vec), num_stages=1 (or 2: loads one row ahead in registers; "
+                                  "3, 4: forward / backward-data rows through shared memory, that many stages), "
+                                  "merge=1")
+            if self.num_stages > 2 and self.direction is Direction.BACKWARD_WEIGHT:
+                raise ConfigError(f"num_stages: dwrun backward-weight kernels load 1 or 2 (a row ahead), "
+                                  f"got {self.num_stages}")
             if self.ndim not in self.family.ndims_for(self.direction):
                 raise ConfigError(f"ndim: dwrun {self.direction.value} kernels are 2D (3D: backward-weight only), "
                                   f"got {self.ndim}")

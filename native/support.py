@@ -63,9 +63,9 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
             return Support(False, f"batch/input_size/channels: a single size of {largest_dim} exceeds 2^31-1, "
                                   "beyond the direct kernels' 32-bit row arithmetic")
     cg, kg = problem.c_per_group, problem.k_per_group
-    if config.vec == 2 and problem.in_channels % 2:  # dwrun: two channels a thread, one 32-bit load
-        return Support(False, f"in_channels: {problem.in_channels} is odd; a v2 kernel loads channel pairs "
-                              "(use a v1 kernel)")
+    if config.vec in (2, 4) and problem.in_channels % config.vec:  # dwrun: vec channels a thread, one load
+        return Support(False, f"in_channels: {problem.in_channels} is not divisible by {config.vec}; a v{config.vec} "
+                              f"kernel loads {config.vec} neighbouring channels at once (use a v1 kernel)")
     if config.vec == 8:
         if config.family in (Family.DIRECT, Family.DWROLL, Family.DWROW):
             if problem.in_channels % 8 or problem.out_channels % 8:

@@ -37,6 +37,9 @@
 #             columns, beside default's dwroll kernels and cuDNN) into $WORK/dwrun_data_probe; then TESTS_K's tests.
 #   dwrun_pair: bench/gpu/dwrun_pair_probe.py (dwrun with a channel pair a thread, vec 2, all three directions, beside
 #             default's dwrun kernels and cuDNN) into $WORK/dwrun_pair_probe; then TESTS_K's tests.
+#   dwrun_stages: bench/gpu/dwrun_stages_probe.py (depthwise forward / backward-data, rows through shared memory and
+#             four channels a thread, beside default's dwrun kernels and cuDNN) into $WORK/dwrun_stages_probe; then
+#             TESTS_K's tests.
 #   flat:     bench/gpu/flat_probe.py (backward-weight tensor-core kernels, one accumulator per split against the
 #             chunked program, same binaries, with cuDNN) into $WORK/flat_probe; then TESTS_K's kernel GPU tests when set.
 #   harness:  bench/gpu/harness_check.py (the same kernels timed as the sweep and as the probes time them, in one
@@ -243,7 +246,7 @@ print(json.dumps([p.to_dict() for p in s(100, seed=7) if p.c_per_group == 1 and 
     timeout "$(left)" python3 bench/gpu/config_probe.py --out "$WORK/l1_probe" > "$WORK/logs/l1_probe.txt" 2>&1
     echo "l1 rc $?"; grep -c " ok " "$WORK/logs/l1_probe.txt"; head -2 "$WORK/logs/l1_probe.txt"
     ;;
-  dwrow|flat|dwrun|dwrun_data|dwrun_pair) probe_then_tests "$1" ;;
+  dwrow|flat|dwrun|dwrun_data|dwrun_pair|dwrun_stages) probe_then_tests "$1" ;;
   harness)
     timeout "$(left)" python3 bench/gpu/harness_check.py --out "$WORK/harness" > "$WORK/logs/harness.txt" 2>&1
     echo "harness rc $?"; tail -3 "$WORK/logs/harness.txt"

@@ -220,7 +220,7 @@ def _dwrun_data_kernel(
     x_ptr, w_ptr, y_ptr,
     BATCH, CHANNELS, IN_H, IN_W, OUT_H, OUT_W, F_W, PAD_H, PAD_W, ROWS,
     RUN: tl.constexpr, RUNS: tl.constexpr, BLOCK_N: tl.constexpr, F_H: tl.constexpr, FLIP: tl.constexpr,
-    PREFETCH: tl.constexpr, INDEX64: tl.constexpr,
+    PREFETCH: tl.constexpr, PIPELINE: tl.constexpr, INDEX64: tl.constexpr,
 ):
     """2D forward (backward-data: ``FLIP``, over dY): see the module docstring. ``W[k, t_h, t_w]`` is read from the
     GKYXC weight at ``k·F_H·F_W + t_h·F_W + t_w`` (C/G = K/G = 1), at ``(F_H−1−t_h, F_W−1−t_w)`` with ``FLIP``.
@@ -260,31 +260,48 @@ def _dwrun_data_kernel(
         weights = weights + (tl.load(w_ptr + cols * taps + tap, mask=col_ok & (i % F_H < F_W), other=0.0
                                      ).to(tl.float32)[None, :],)
 
-    # Loop-carried when PREFETCH (defined before the loop either way; otherwise dead code).
-    nxt = _row_loads(x_ptr, 0, steps, oh0, PAD_H, IN_H, IN_W, C, x_plane, x_tile, x_col, col_ok, F_W, RUN, F_H)
     acc = _zeros_tuple(F_H * RUN, RUNS, BLOCK_N)
-    for s in range(0, steps):
-        if PREFETCH:
-            cur = nxt
-            nxt = _row_loads(x_ptr, s + 1, steps, oh0, PAD_H, IN_H, IN_W, C, x_plane, x_tile, x_col, col_ok, F_W,
-                             RUN, F_H)
-        else:
+    if PIPELINE > 0:
+        # Rows through shared memory (cp.async, PIPELINE stages): the rows in flight hold no registers.
+        for s in tl.range(0, steps, num_stages=PIPELINE):
             cur = _row_loads(x_ptr, s, steps, oh0, PAD_H, IN_H, IN_W, C, x_plane, x_tile, x_col, col_ok, F_W, RUN,
                              F_H)
-        xs = _widen(cur, RUN + F_H - 1)
-        for tw in tl.static_range(F_H):
-            if tw < F_W:
-                out = ()
-                for i in tl.static_range(F_H * RUN):  # i = t_h·RUN + j
-                    out = out + (acc[i] + weights[(i // RUN) * F_H + tw] * xs[i % RUN + tw],)
-                acc = out
-        # acc[F_H − 1] has seen every filter row: output row o_h0 + s − (F_H − 1), once s ≥ F_H − 1.
-        if s >= F_H - 1:
-            y_row = y_ptr + (y_plane + oh0 + s - (F_H - 1)) * OUT_W * C
-            for j in tl.static_range(RUN):
-                ok = (run_col + j < OUT_W)[:, None] & col_ok[None, :]
-                tl.store(y_row + y_tile + j * C, acc[(F_H - 1) * RUN + j].to(y_ptr.dtype.element_ty), mask=ok)
-        acc = _zeros_tuple(RUN, RUNS, BLOCK_N) + acc[:(F_H - 1) * RUN]
+            acc = _data_step(acc, cur, weights, s, y_ptr, y_plane, oh0, OUT_W, C, y_tile, run_col, col_ok, F_W, RUN,
+                             F_H, RUNS, BLOCK_N)
+    else:
+        # Loop-carried when PREFETCH (defined before the loop either way; otherwise dead code).
+        nxt = _row_loads(x_ptr, 0, steps, oh0, PAD_H, IN_H, IN_W, C, x_plane, x_tile, x_col, col_ok, F_W, RUN, F_H)
+        for s in range(0, steps):
+            if PREFETCH:
+                cur = nxt
+                nxt = _row_loads(x_ptr, s + 1, steps, oh0, PAD_H, IN_H, IN_W, C, x_plane, x_tile, x_col, col_ok, F_W,
+                                 RUN, F_H)
+            else:
+                cur = _row_loads(x_ptr, s, steps, oh0, PAD_H, IN_H, IN_W, C, x_plane, x_tile, x_col, col_ok, F_W,
+                                 RUN, F_H)
+            acc = _data_step(acc, cur, weights, s, y_ptr, y_plane, oh0, OUT_W, C, y_tile, run_col, col_ok, F_W, RUN,
+                             F_H, RUNS, BLOCK_N)
+
+
+@triton.jit
+def _data_step(acc, cur, weights, s, y_ptr, y_plane, oh0, OUT_W, C, y_tile, run_col, col_ok, F_W,
+               RUN: tl.constexpr, F_H: tl.constexpr, RUNS: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One forward step: the input row's FMAs into every held output row, the finished row stored, the window
+    rolled by one row."""
+    xs = _widen(cur, RUN + F_H - 1)
+    for tw in tl.static_range(F_H):
+        if tw < F_W:
+            out = ()
+            for i in tl.static_range(F_H * RUN):  # i = t_h·RUN + j
+                out = out + (acc[i] + weights[(i // RUN) * F_H + tw] * xs[i % RUN + tw],)
+            acc = out
+    # acc[F_H − 1] has seen every filter row: output row o_h0 + s − (F_H − 1), once s ≥ F_H − 1.
+    if s >= F_H - 1:
+        y_row = y_ptr + (y_plane + oh0 + s - (F_H - 1)) * OUT_W * C
+        for j in tl.static_range(RUN):
+            ok = (run_col + j < OUT_W)[:, None] & col_ok[None, :]
+            tl.store(y_row + y_tile + j * C, acc[(F_H - 1) * RUN + j].to(y_ptr.dtype.element_ty), mask=ok)
+    return _zeros_tuple(RUN, RUNS, BLOCK_N) + acc[:(F_H - 1) * RUN]
 
 
 # Register budgets (Triton ``maxnreg``) of the 2D ``run`` programs, keyed by (weight?, RUN, BLOCK_N, F_H, warps,
@@ -333,7 +350,7 @@ def channel_pairs(config: KernelConfig) -> dict[str, int]:
     32-bit loads and stores of channel pairs: with every row offset a multiple of ``C``, Triton proves two
     contiguous, 4-byte-aligned 16-bit values a thread where ``vec`` 1 proves one, and the tile's layout gives each
     thread two neighbouring channels (tiles of ``RUNS · BLOCK_N = 64 × warps``)."""
-    return {"CHANNELS": 2} if config.vec == 2 else {}
+    return {"CHANNELS": config.vec} if config.vec in (2, 4) else {}
 
 
 class DwrunData:
@@ -352,7 +369,7 @@ class DwrunData:
         types = {"x_ptr": ptr, "w_ptr": ptr, "y_ptr": ptr, **{name: ints for name in _DATA_PARAMS}}
         constexprs = {"RUN": config.block_m, "RUNS": config.group_m, "BLOCK_N": config.block_n, "F_H": config.block_k,
                       "FLIP": self.direction is Direction.BACKWARD_DATA, "PREFETCH": config.num_stages == 2,
-                      "INDEX64": config.index64}
+                      "PIPELINE": config.num_stages if config.num_stages >= 3 else 0, "INDEX64": config.index64}
         return {"run": Program(_dwrun_data_kernel, constexprs, types, config.num_warps, 1,
                                divisible=channel_pairs(config), max_registers=run_register_budget(config))}
 

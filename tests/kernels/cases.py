@@ -154,10 +154,11 @@ def small_config(direction: Direction, dtype: DType, ndim: int, family: Family, 
         block_w, block_n = (16, 32) if wide else (8, 16)
         return KernelConfig(direction, dtype, ndim, family, block_w, block_n, taps_w, 1, stages, 1, split_k, 1, 8,
                             index64)
-    if family is Family.DWRUN:  # one warp: 2 runs of 3 columns x 16 channels (4 runs of 5 x 8 channels); vec 2:
-        run, runs, block_n = (5, 4, 8) if wide else (3, 2, 16)  # channel pairs, twice the channels
-        return KernelConfig(direction, dtype, ndim, family, run, block_n * (2 if vec == 2 else 1), taps_w, 1, stages,
-                            runs, split_k, 1, 2 if vec == 2 else 1, index64)
+    if family is Family.DWRUN:  # one warp: 2 runs of 3 columns x 16 channels (4 runs of 5 x 8 channels); vec 2
+        run, runs, block_n = (5, 4, 8) if wide else (3, 2, 16)  # or 4: that many channels a thread, vec x the channels
+        lanes = vec if vec in (2, 4) else 1
+        return KernelConfig(direction, dtype, ndim, family, run, block_n * lanes, taps_w, 1, stages, runs, split_k, 1,
+                            lanes, index64)
     if family is Family.DIRECT:
         return KernelConfig(direction, dtype, ndim, family, 16, 8, taps_w, num_warps, 1, multiplier, split_k, 1, vec,
                             index64)
@@ -202,6 +203,8 @@ def cases(ndims=(2, 3)):
                         height = available[label]["filter_size"][-2]
                         variants = [dict(taps_w=height), dict(taps_w=height, stages=2, wide=True),
                                     dict(taps_w=height, stages=2, vec=2)]
+                        if direction is not Direction.BACKWARD_WEIGHT:  # rows through shared memory; 4 channels
+                            variants += [dict(taps_w=height, stages=3, vec=2), dict(taps_w=height, stages=4, vec=4)]
                     if family in (Family.GEMM1X1, Family.TMA):
                         variants = [dict(vec=8)]
                     if family is Family.IGEMM and label == "grouped_odd":
