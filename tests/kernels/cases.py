@@ -299,6 +299,10 @@ DWRUN_GPU_TILES = ((7, 8, 16, 7, 4, 2, 64), (7, 4, 32, 7, 4, 1, 1), (4, 8, 16, 7
                    (8, 4, 16, 3, 2, 2, 16))
 #: dwrun channel-pair (vec 2) GPU-test kernels, as DWRUN_GPU_TILES (runs · block_n = 64 × warps): 3×3, 5×5, 7×7.
 DWRUN_GPU_PAIR_TILES = ((8, 4, 32, 3, 2, 2, 16), (7, 2, 64, 5, 2, 1, 1), (2, 8, 32, 7, 4, 2, 64))
+#: dwrun forward / backward-data GPU-test kernels with rows through shared memory (num_stages 3, 4) and two or four
+#: channels a thread (run, runs, block_n, filter height, warps, num_stages, vec; runs · block_n = 32 · vec × warps).
+DWRUN_GPU_STAGED_TILES = ((4, 4, 32, 3, 2, 3, 2), (4, 4, 64, 3, 2, 4, 4), (7, 16, 16, 3, 4, 4, 2),
+                          (4, 8, 64, 3, 4, 3, 4), (2, 4, 64, 5, 2, 3, 4), (2, 8, 32, 7, 4, 3, 2))
 #: Backward-weight dwroll kernels beyond DWROLL_GPU_TILES: default's lean 3x3 tile at its largest split.
 DWROLL_GPU_EXTRA_WEIGHT = ((64, 16, 3, 8, 2, 128),)
 
@@ -337,6 +341,8 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
                 out += [KernelConfig(direction, dtype, ndim, family, run, block_n, height, warps, stages, runs, 1, 1,
                                      vec) for tiles, vec in ((DWRUN_GPU_TILES, 1), (DWRUN_GPU_PAIR_TILES, 2))
                         for run, runs, block_n, height, warps, stages, _ in tiles]
+                out += [KernelConfig(direction, dtype, ndim, family, run, block_n, height, warps, stages, runs, 1, 1,
+                                     vec) for run, runs, block_n, height, warps, stages, vec in DWRUN_GPU_STAGED_TILES]
             continue
         if family is Family.GWALK:  # 2D bf16/fp16: held (32x32) and loaded (64x64) weights, 4 and 8 warps
             if ndim == 2 and dtype is not DType.FP32 and direction is Direction.BACKWARD_WEIGHT:
