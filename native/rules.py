@@ -152,9 +152,12 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
         if family is Family.DWRUN:  # forward / backward-data: 2D, unsplit
             if not bwd_weight and ndim != 2:
                 continue
-            domains = (_DWRUN_RUN, _DWROLL_BLOCK_N, _DWROLL_FILTER_HEIGHTS, _DIRECT_WARPS, (1, 2), _DWRUN_RUNS,
-                       (1, *_SPLIT_K[3:], DWROLL_MAX_SPLIT_K) if bwd_weight else (1,), (False, True))
-            for run, bn, fh, warps, stages, runs, sk, i64, vec in itertools.product(*domains, (1, 2)):
+            # forward / backward-data: rows through shared memory too (num_stages 3, 4), four channels a thread
+            domains = (_DWRUN_RUN, _DWROLL_BLOCK_N, _DWROLL_FILTER_HEIGHTS, _DIRECT_WARPS,
+                       (1, 2) if bwd_weight else (1, 2, 3, 4), _DWRUN_RUNS,
+                       (1, *_SPLIT_K[3:], DWROLL_MAX_SPLIT_K) if bwd_weight else (1,), (False, True),
+                       (1, 2) if bwd_weight else (1, 2, 4))
+            for run, bn, fh, warps, stages, runs, sk, i64, vec in itertools.product(*domains):
                 yield KernelConfig(direction, dtype, ndim, family, run, bn, fh, warps, stages, runs, sk, 1, vec, i64)
             continue
         if family is Family.DIRECT:
@@ -199,7 +202,8 @@ def dwrun_live_values(config: KernelConfig) -> int:
     """fp32 registers a dwrun thread keeps live (one element of each tile): ``F_H²`` accumulators (forward /
     backward-data: weights), the ``F_H × RUN`` dY window (output rows), the ``RUN + F_H − 1`` input columns of a
     step, plus (``num_stages`` 2) the next step's raw values, one register each (a channel pair's raw values share
-    one); ``vec`` 2 doubles the fp32 values."""
+    one; with ``num_stages`` 3 and 4 the rows in flight wait in shared memory); ``vec`` 2 and 4 multiply the fp32
+    values."""
     height, run = config.block_k, config.block_m
     step = (run + height - 1) + (run if config.direction is Direction.BACKWARD_WEIGHT else 0)
     return (config.vec * (height * height + height * run + (run + height - 1))
@@ -323,8 +327,13 @@ DWRUN_SPLITS = (16, 32, 64, 128)
 #: two 3x3 channel-pair tiles (vec 2; even channel counts): on the 8 3x3 layer-directions of the session-22 probe
 #: 1.21-1.39x the best vec-1 tile, the 7x16 one within 1.1 % of the best pair tile on every one, the two together
 #: the best (bench/results/2026-11-27_h200_s22/dwrun_pair_probe). 7x7 pairs lose (164-239 registers).
+#: 3x3, rows through shared memory (num_stages 3, 4) and four channels a thread (vec 4): the cover of the best on the
+#: 12 layer-directions of the session-27 probe (bench/results/2026-11-28_h200_s27/dwrun_stages_probe; dev suite,
+#: MobileNetV2 at batch 32 and 128): 1.02-1.29x the earlier default's best (n128 c144 56x56: 104 -> 81 us), cuDNN's
+#: 1.07-2.23x.
 DWRUN_DATA_TILES = {
-    3: ((8, 16, 2, 2, 4, 1), (14, 16, 4, 1, 8, 1), (8, 64, 4, 1, 2, 1), (7, 16, 4, 2, 16, 2), (4, 32, 2, 2, 4, 2)),
+    3: ((8, 16, 2, 2, 4, 1), (14, 16, 4, 1, 8, 1), (8, 64, 4, 1, 2, 1), (7, 16, 4, 2, 16, 2), (4, 32, 2, 2, 4, 2),
+        (4, 32, 2, 4, 8, 4), (4, 32, 4, 4, 16, 4), (4, 32, 2, 3, 4, 2), (4, 32, 4, 2, 16, 4)),
     7: ((4, 16, 2, 2, 4, 1), (4, 16, 2, 1, 4, 1), (4, 128, 4, 1, 1, 1)),
 }
 
@@ -604,8 +613,9 @@ def _tiny_rule(config: KernelConfig) -> bool:
     if c.family is Family.DWROW:  # the unsplit path and one split tile
         return (c.block_m, c.block_n, c.block_k, c.split_k) in ((64, 16, 3, 1), (32, 32, 3, 64))
     if c.family is Family.DWRUN:  # the unsplit path and one split tile; forward / backward-data: one tile of
-        if c.direction is not Direction.BACKWARD_WEIGHT:  # one channel a thread and one of channel pairs
-            return (c.block_m, c.block_n, c.block_k, c.num_stages, c.group_m) in ((8, 16, 3, 2, 4), (4, 32, 3, 2, 4))
+        if c.direction is not Direction.BACKWARD_WEIGHT:  # one channel a thread, channel pairs, and 4 through smem
+            return (c.block_m, c.block_n, c.block_k, c.num_stages, c.group_m) in ((8, 16, 3, 2, 4), (4, 32, 3, 2, 4),
+                                                                                 (4, 32, 3, 4, 8))
         return (c.block_m, c.block_n, c.block_k, c.group_m) == (7, 32, 3, 4) and c.split_k in (1, 64)
     if c.family is Family.DIRECT:  # (+ one depthwise tap-row instance per direction: cheap binaries)
         if c.block_k > 1:

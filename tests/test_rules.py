@@ -57,9 +57,10 @@ def hard_rule_violation(config: KernelConfig, arch: str) -> str | None:
         # columns of a step, and the next step's raw values when loads run ahead.
         height, run = config.block_k, config.block_m
         raw = (run + height - 1) + (run if config.direction is Direction.BACKWARD_WEIGHT else 0)
-        # vec 2 (a channel pair a thread): twice the fp32 values; the pair's raw values share a register.
+        # vec 2 / 4 (channels a thread): that many times the fp32 values; their raw values share a register. Rows
+        # through shared memory (num_stages 3, 4) hold no registers in flight.
         values = (config.vec * (height * height + height * run + run + height - 1)
-                  + raw * (config.num_stages - 1))
+                  + raw * (config.num_stages == 2))
         if config.group_m * config.block_n != 32 * config.num_warps * config.vec or values > MAX_DWROLL_WEIGHT_VALUES:
             return f"dwrun tile {config.group_m} x {config.block_n} on {config.num_warps} warps, {values} live values"
         return None

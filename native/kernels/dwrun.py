@@ -49,11 +49,19 @@ cuDNN 73.0), 3×3 1.02–1.17×. Channel pairs (``vec`` 2, below), forward / bac
 tiles on 8 layer-directions, the forward 1.03–1.17× cuDNN (``bench/results/2026-11-27_h200_s22/dwrun_pair_probe``); 7×7
 pairs lose (164–239 registers), backward-weight pairs win only on two 3×3 layers (1.04–1.06×).
 
+Rows through shared memory (forward / backward-data, ``num_stages`` 3 and 4, :func:`pipeline_stages`): the best
+3×3 tiles above ran the n32 c144 56×56 layer at 0.48 of the memory bound with 72 registers a thread, 14 two-warp
+programs an SM, each with one row in flight. Loaded through Triton's software pipeline (``cp.async``, two or three
+rows ahead in shared memory, no registers held) and four channels a thread (``vec`` 4, one 64-bit load): 1.01–1.29×
+the best earlier tile on 12 3×3 layer-directions (n128 c144 56×56: 104 → 81 µs), H200,
+``bench/results/2026-11-28_h200_s27/dwrun_stages_probe``.
+
 Config: ``block_m`` = ``RUN`` (columns a thread owns, any 1..:data:`~tiledispatch.native.configs.MAX_DWRUN_RUN`),
 ``group_m`` = ``RUNS`` (runs a program walks side by side), ``block_n`` = channels, ``block_k`` = the filter
-height, unrolled (``F_W ≤ block_k``), ``num_stages`` 2 = each step's loads issued one step ahead of its FMAs,
-``split_k`` the splits; ``vec`` 1: each thread loads one 16-bit channel value, so any channel count runs; ``vec`` 2:
-two neighbouring channels a thread, one 32-bit load each (:func:`channel_pairs`; even channel counts), twice the
+height, unrolled (``F_W ≤ block_k``), ``num_stages`` 2 = each step's loads issued one step ahead of its FMAs (in
+registers), 3 and 4 = through shared memory (forward / backward-data), ``split_k`` the splits; ``vec`` 1: each
+thread loads one 16-bit channel value, so any channel count runs; ``vec`` 2 and 4: that many neighbouring channels a
+thread, one 32- or 64-bit load each (:func:`channel_pairs`; channel counts divisible by ``vec``), ``vec`` times the
 FMAs per load instruction and its address arithmetic.
 """
 
@@ -345,11 +353,20 @@ def run_register_budget(config: KernelConfig) -> int | None:
     return _RUN_REGISTER_BUDGETS.get(key)
 
 
+def pipeline_stages(config: KernelConfig) -> int:
+    """Forward / backward-data ``num_stages`` 3 and 4: the input rows' loads go through Triton's software pipeline
+    (``tl.range(num_stages=…)``: ``cp.async`` into shared memory, that many stages); 0 otherwise (1: no prefetch,
+    2: the next row in registers). Triton pipelines loads of 4 bytes or more a thread: ``vec`` 2 or 4.
+    Backward-weight keeps 1 and 2: Triton 3.6 does not pipeline a loop that carries its loaded rows further than
+    the next iteration, and its dY window holds each row for ``F_H`` steps."""
+    return config.num_stages if config.num_stages >= 3 else 0
+
+
 def channel_pairs(config: KernelConfig) -> dict[str, int]:
-    """``vec`` 2: ``CHANNELS`` promised even (support.py refuses odd counts). The same source then compiles to
-    32-bit loads and stores of channel pairs: with every row offset a multiple of ``C``, Triton proves two
-    contiguous, 4-byte-aligned 16-bit values a thread where ``vec`` 1 proves one, and the tile's layout gives each
-    thread two neighbouring channels (tiles of ``RUNS · BLOCK_N = 64 × warps``)."""
+    """``vec`` 2 (4): ``CHANNELS`` promised divisible by 2 (4) (support.py refuses other counts). The same source
+    then compiles to 32-bit (64-bit) loads and stores: with every row offset a multiple of ``C``, Triton proves two
+    (four) contiguous, aligned 16-bit values a thread where ``vec`` 1 proves one, and the tile's layout gives each
+    thread that many neighbouring channels (tiles of ``RUNS · BLOCK_N = 32 · vec × warps``)."""
     return {"CHANNELS": config.vec} if config.vec in (2, 4) else {}
 
 
@@ -369,7 +386,7 @@ class DwrunData:
         types = {"x_ptr": ptr, "w_ptr": ptr, "y_ptr": ptr, **{name: ints for name in _DATA_PARAMS}}
         constexprs = {"RUN": config.block_m, "RUNS": config.group_m, "BLOCK_N": config.block_n, "F_H": config.block_k,
                       "FLIP": self.direction is Direction.BACKWARD_DATA, "PREFETCH": config.num_stages == 2,
-                      "PIPELINE": config.num_stages if config.num_stages >= 3 else 0, "INDEX64": config.index64}
+                      "PIPELINE": pipeline_stages(config), "INDEX64": config.index64}
         return {"run": Program(_dwrun_data_kernel, constexprs, types, config.num_warps, 1,
                                divisible=channel_pairs(config), max_registers=run_register_budget(config))}
 
