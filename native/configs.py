@@ -216,8 +216,11 @@ class KernelConfig:
                 raise ConfigError("vec/num_stages/merge: dwrun kernels use vec=1 (one 16-bit channel value a thread: "
                                   "any channel count), 2 or 4 (channels a thread, one 32- or 64-bit load: channel "
                                   "counts divisible by vec), num_stages=1 (or 2: loads one row ahead in registers; "
-                                  "3, 4: rows through shared memory, that many stages), "
+                                  "3, 4: forward / backward-data rows through shared memory, that many stages), "
                                   "merge=1")
+            if self.num_stages > 2 and self.direction is Direction.BACKWARD_WEIGHT:
+                raise ConfigError(f"num_stages: dwrun backward-weight kernels load 1 or 2 (a row ahead), "
+                                  f"got {self.num_stages}")
             if self.ndim not in self.family.ndims_for(self.direction):
                 raise ConfigError(f"ndim: dwrun {self.direction.value} kernels are 2D (3D: backward-weight only), "
                                   f"got {self.ndim}")

@@ -152,9 +152,11 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
         if family is Family.DWRUN:  # forward / backward-data: 2D, unsplit
             if not bwd_weight and ndim != 2:
                 continue
-            # rows through shared memory too (num_stages 3, 4), four channels a thread (vec 4)
-            domains = (_DWRUN_RUN, _DWROLL_BLOCK_N, _DWROLL_FILTER_HEIGHTS, _DIRECT_WARPS, (1, 2, 3, 4), _DWRUN_RUNS,
-                       (1, *_SPLIT_K[3:], DWROLL_MAX_SPLIT_K) if bwd_weight else (1,), (False, True), (1, 2, 4))
+            # forward / backward-data: rows through shared memory too (num_stages 3, 4), four channels a thread
+            domains = (_DWRUN_RUN, _DWROLL_BLOCK_N, _DWROLL_FILTER_HEIGHTS, _DIRECT_WARPS,
+                       (1, 2) if bwd_weight else (1, 2, 3, 4), _DWRUN_RUNS,
+                       (1, *_SPLIT_K[3:], DWROLL_MAX_SPLIT_K) if bwd_weight else (1,), (False, True),
+                       (1, 2) if bwd_weight else (1, 2, 4))
             for run, bn, fh, warps, stages, runs, sk, i64, vec in itertools.product(*domains):
                 yield KernelConfig(direction, dtype, ndim, family, run, bn, fh, warps, stages, runs, sk, 1, vec, i64)
             continue

@@ -1,7 +1,7 @@
-"""Depthwise dwrun kernels whose rows travel through shared memory (``num_stages`` 3 and 4: Triton's ``cp.async``
-pipeline, ``native/kernels/dwrun.py``) and four channels a thread (``vec`` 4, one 64-bit load) timed beside
-``default``'s dwrun kernels of the same problem and cuDNN, in one run on one GPU, forward, backward-data and
-backward-weight: a probe for choosing tiles, not a report of the shipped registry.
+"""Depthwise forward / backward-data dwrun kernels whose input rows travel through shared memory (``num_stages`` 3
+and 4: Triton's ``cp.async`` pipeline, ``native/kernels/dwrun.py``) and four channels a thread (``vec`` 4, one 64-bit
+load) timed beside ``default``'s dwrun kernels of the same problem and cuDNN, in one run on one GPU: a probe for
+choosing tiles, not a report of the shipped registry.
 
 Why: ``default``'s best 3×3 tiles (two channels a thread, the next row prefetched in registers) run the dev suite's
 n32 c144 56×56 layer at 0.48 of the memory bound; at 72 registers an SM holds 14 two-warp programs, each with one row
@@ -9,8 +9,8 @@ n32 c144 56×56 layer at 0.48 of the memory bound; at 72 registers an SM holds 1
 or three rows in flight.
 
 Problems: the 3×3 stride-1 depthwise layers of ``dwrun_data_probe.py`` (dev suite, MobileNetV2 at batch 32) and two
-MobileNetV2 layers at batch 128 (the e2e benchmark's), all three directions. 7×7 is left out: a channel pair there
-already takes 164-239 registers.
+MobileNetV2 layers at batch 128 (the e2e benchmark's), forward and backward-data. 7×7 is left out: a channel pair
+there already takes 164-239 registers.
 
 Usage (GPU machine): ``python bench/gpu/dwrun_stages_probe.py --out DIR``; writes ``DIR/dwrun_stages.csv`` (one row
 per problem × kernel: status, relative error, µs, registers, stack bytes) and ``DIR/dwrun_stages.json``
@@ -20,7 +20,6 @@ per problem × kernel: status, relative error, µs, registers, stack bytes) and 
 from __future__ import annotations
 
 import itertools
-import os
 import sys
 from pathlib import Path
 
@@ -31,8 +30,7 @@ from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.problem import ConvProblem, Direction, DType
 from tiledispatch.native.support import is_supported
 
-#: The directions probed: ``PROBE_DIRECTIONS`` (comma-separated), default all three.
-DIRECTIONS = tuple(Direction(d) for d in os.environ.get("PROBE_DIRECTIONS", "fwd,bwd_data,bwd_weight").split(","))
+DIRECTIONS = (Direction.FORWARD, Direction.BACKWARD_DATA)
 LAYERS = tuple(key for key in PROBLEMS if "|f3x3|" in key) + (
     "2d|n128|g144|c144|k144|in56x56|f3x3|s1x1|d1x1|pb1x1|pe1x1",
     "2d|n128|g32|c32|k32|in112x112|f3x3|s1x1|d1x1|pb1x1|pe1x1",
@@ -45,27 +43,16 @@ VARIANTS = (
 )
 
 
-#: Backward-weight (rows F_H steps an iteration, so that Triton pipelines the loop at all): the tiles, at the
-#: split default's best 56-wide kernels use (the probe compares tiles, not splits).
-WEIGHT_VARIANTS = (
-    (2, (4, 7), ((4, 32, 2), (8, 16, 2), (8, 32, 4), (16, 16, 4)), (3, 4)),
-    (4, (2, 4), ((4, 64, 2), (8, 32, 2), (16, 32, 4)), (3,)),
-)
-WEIGHT_SPLITS = (64,)
-
-
 def stage_configs(problem: ConvProblem) -> list[KernelConfig]:
     height, width = problem.filter_size[-2], problem.output_size[-1]
-    weight = problem.direction is Direction.BACKWARD_WEIGHT
     out = []
-    for (vec, runs_a_thread, tiles, stages), split_k in itertools.product(WEIGHT_VARIANTS if weight else VARIANTS,
-                                                                          WEIGHT_SPLITS if weight else (1,)):
+    for vec, runs_a_thread, tiles, stages in VARIANTS:
         for run, (runs, block_n, warps), stage in itertools.product(runs_a_thread, tiles, stages):
             strip = run * runs
             if -(-width // strip) * strip > MAX_STRIP_WASTE * width or strip > 2 * width:
                 continue
             config = KernelConfig(problem.direction, problem.dtype, problem.ndim, Family.DWRUN, run, block_n, height,
-                                  warps, stage, runs, split_k, 1, vec)
+                                  warps, stage, runs, 1, 1, vec)
             if is_supported(problem, config):
                 out.append(config)
     return out

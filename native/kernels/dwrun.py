@@ -140,7 +140,7 @@ def _dwrun_bwd_weight_kernel(
     BATCH, CHANNELS, IN_D, IN_H, IN_W, OUT_D, OUT_H, OUT_W, F_D, F_W,
     STR_D, DIL_D, PAD_D, PAD_H, PAD_W, ROWS, ITEMS_PER_SPLIT,
     RUN: tl.constexpr, RUNS: tl.constexpr, BLOCK_N: tl.constexpr, F_H: tl.constexpr, PREFETCH: tl.constexpr,
-    PIPELINE: tl.constexpr, INDEX64: tl.constexpr,
+    INDEX64: tl.constexpr,
 ):
     """See the module docstring. Grid = (channel blocks × F_D, split_k); ``F_W ≤ F_H``."""
     C = CHANNELS
@@ -180,18 +180,7 @@ def _dwrun_bwd_weight_kernel(
             x_plane = (n * IN_D + i_d) * IN_H
             steps = oh_end - oh0 + F_H - 1
             window = _zeros_tuple(F_H * RUN, RUNS, BLOCK_N)
-            if PIPELINE > 0:
-                # Rows through shared memory (cp.async, PIPELINE stages), F_H steps an iteration: the window
-                # carried to the next iteration then holds only rows loaded in this one (Triton 3.6 pipelines no
-                # loop that carries a loaded row further). Steps past the walk load zeros.
-                for s0 in tl.range(0, steps, F_H, num_stages=PIPELINE):
-                    for k in tl.static_range(F_H):
-                        dys, xs = _step_loads(x_ptr, dy_ptr, s0 + k, steps, oh0, oh_end, PAD_H, IN_H, IN_W, OUT_W,
-                                              C, dy_plane, x_plane, dy_tile, x_tile, run_col, x_col, col_ok, F_W,
-                                              RUN, F_H)
-                        window = _widen(dys, RUN) + window[:(F_H - 1) * RUN]
-                        acc = _mac_runs(acc, window, _widen(xs, RUN + F_H - 1), F_W, RUN, F_H)
-            elif PREFETCH:
+            if PREFETCH:
                 nxt_dy, nxt_x = _step_loads(x_ptr, dy_ptr, 0, steps, oh0, oh_end, PAD_H, IN_H, IN_W, OUT_W, C,
                                             dy_plane, x_plane, dy_tile, x_tile, run_col, x_col, col_ok, F_W, RUN, F_H)
                 for s in range(0, steps):
@@ -369,8 +358,11 @@ def pipeline_stages(config: KernelConfig) -> int:
     """Forward / backward-data ``num_stages`` 3 and 4: the input rows' loads go through Triton's software pipeline
     (``tl.range(num_stages=…)``: ``cp.async`` into shared memory, that many stages); 0 otherwise (1: no prefetch,
     2: the next row in registers). Triton pipelines loads of 4 bytes or more a thread: ``vec`` 2 or 4.
-    Backward-weight keeps 1 and 2: Triton 3.6 does not pipeline a loop that carries its loaded rows further than
-    the next iteration, and its dY window holds each row for ``F_H`` steps."""
+    Backward-weight keeps 1 and 2. Triton 3.6 does not pipeline a loop that carries a loaded row further than the
+    next iteration (the dY window holds each row ``F_H`` steps); walked ``F_H`` steps an iteration it does, but the
+    unrolled walk holds 128-242 registers, and on the H200 (six 3×3 layers, two and four channels a thread, 64
+    splits) it ran 0.71-1.09× the best earlier backward-weight tile: faster on one layer, within 1 % on one,
+    slower on four (``bench/results/2026-11-28_h200_s27/dwrun_stages_probe_weight``): not kept."""
     return config.num_stages if config.num_stages >= 3 else 0
 
 
@@ -427,8 +419,7 @@ class DwrunBackwardWeight:
         out_type = "*fp32" if config.split_k > 1 else ptr
         types = {"x_ptr": ptr, "dy_ptr": ptr, "out_ptr": out_type, **{name: ints for name in _PARAMS}}
         constexprs = {"RUN": config.block_m, "RUNS": config.group_m, "BLOCK_N": config.block_n, "F_H": config.block_k,
-                      "PREFETCH": config.num_stages == 2, "PIPELINE": pipeline_stages(config),
-                      "INDEX64": config.index64}
+                      "PREFETCH": config.num_stages == 2, "INDEX64": config.index64}
         fixed = fixed_sizes(config, _dwrun_bwd_weight_kernel)
         return with_split_reduce({"run": Program(_dwrun_bwd_weight_kernel, constexprs, types, config.num_warps, 1,
                                                  fixed, channel_pairs(config),

@@ -203,8 +203,8 @@ def cases(ndims=(2, 3)):
                         height = available[label]["filter_size"][-2]
                         variants = [dict(taps_w=height), dict(taps_w=height, stages=2, wide=True),
                                     dict(taps_w=height, stages=2, vec=2)]
-                        # rows through shared memory; 4 channels a thread
-                        variants += [dict(taps_w=height, stages=3, vec=2), dict(taps_w=height, stages=4, vec=4)]
+                        if direction is not Direction.BACKWARD_WEIGHT:  # rows through shared memory; 4 channels
+                            variants += [dict(taps_w=height, stages=3, vec=2), dict(taps_w=height, stages=4, vec=4)]
                     if family in (Family.GEMM1X1, Family.TMA):
                         variants = [dict(vec=8)]
                     if family is Family.IGEMM and label == "grouped_odd":
@@ -303,10 +303,6 @@ DWRUN_GPU_PAIR_TILES = ((8, 4, 32, 3, 2, 2, 16), (7, 2, 64, 5, 2, 1, 1), (2, 8, 
 #: channels a thread (run, runs, block_n, filter height, warps, num_stages, vec; runs · block_n = 32 · vec × warps).
 DWRUN_GPU_STAGED_TILES = ((4, 4, 32, 3, 2, 3, 2), (4, 4, 64, 3, 2, 4, 4), (7, 16, 16, 3, 4, 4, 2),
                           (4, 8, 64, 3, 4, 3, 4), (2, 4, 64, 5, 2, 3, 4), (2, 8, 32, 7, 4, 3, 2))
-#: Backward-weight dwrun GPU-test kernels with rows through shared memory (run, runs, block_n, filter height, warps,
-#: num_stages, split_k, vec): unsplit and split, two and four channels a thread, 3×3 and 5×5.
-DWRUN_GPU_STAGED_WEIGHT_TILES = ((4, 4, 32, 3, 2, 3, 16, 2), (4, 4, 64, 3, 2, 4, 1, 4),
-                                 (2, 8, 32, 5, 4, 3, 64, 2))
 #: Backward-weight dwroll kernels beyond DWROLL_GPU_TILES: default's lean 3x3 tile at its largest split.
 DWROLL_GPU_EXTRA_WEIGHT = ((64, 16, 3, 8, 2, 128),)
 
@@ -341,9 +337,6 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
                 out += [KernelConfig(direction, dtype, ndim, family, run, block_n, height, warps, stages, runs, split_k,
                                      1, vec) for tiles, vec in ((DWRUN_GPU_TILES, 1), (DWRUN_GPU_PAIR_TILES, 2))
                         for run, runs, block_n, height, warps, stages, split_k in tiles]
-                out += [KernelConfig(direction, dtype, ndim, family, run, block_n, height, warps, stages, runs, split_k,
-                                     1, vec)
-                        for run, runs, block_n, height, warps, stages, split_k, vec in DWRUN_GPU_STAGED_WEIGHT_TILES]
             elif ndim == 2:
                 out += [KernelConfig(direction, dtype, ndim, family, run, block_n, height, warps, stages, runs, 1, 1,
                                      vec) for tiles, vec in ((DWRUN_GPU_TILES, 1), (DWRUN_GPU_PAIR_TILES, 2))
