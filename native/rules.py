@@ -330,7 +330,7 @@ DWRUN_SPLITS = (16, 32, 64, 128)
 #: 3x3, rows through shared memory (num_stages 3, 4) and four channels a thread (vec 4): the cover of the best on the
 #: 12 layer-directions of the session-27 probe (bench/results/2026-11-28_h200_s27/dwrun_stages_probe; dev suite,
 #: MobileNetV2 at batch 32 and 128): 1.02-1.29x the earlier default's best (n128 c144 56x56: 104 -> 81 us), cuDNN's
-#: 1.07-2.23x.
+#: 1.04-2.49x.
 DWRUN_DATA_TILES = {
     3: ((8, 16, 2, 2, 4, 1), (14, 16, 4, 1, 8, 1), (8, 64, 4, 1, 2, 1), (7, 16, 4, 2, 16, 2), (4, 32, 2, 2, 4, 2),
         (4, 32, 2, 4, 8, 4), (4, 32, 4, 4, 16, 4), (4, 32, 2, 3, 4, 2), (4, 32, 4, 2, 16, 4)),

@@ -52,7 +52,7 @@ pairs lose (164–239 registers), backward-weight pairs win only on two 3×3 lay
 Rows through shared memory (forward / backward-data, ``num_stages`` 3 and 4, :func:`pipeline_stages`): the best
 3×3 tiles above ran the n32 c144 56×56 layer at 0.48 of the memory bound with 72 registers a thread, 14 two-warp
 programs an SM, each with one row in flight. Loaded through Triton's software pipeline (``cp.async``, two or three
-rows ahead in shared memory, no registers held) and four channels a thread (``vec`` 4, one 64-bit load): 1.01–1.29×
+rows ahead in shared memory, no registers held) and four channels a thread (``vec`` 4, one 64-bit load): 1.02–1.29×
 the best earlier tile on 12 3×3 layer-directions (n128 c144 56×56: 104 → 81 µs), H200,
 ``bench/results/2026-11-28_h200_s27/dwrun_stages_probe``.
 
