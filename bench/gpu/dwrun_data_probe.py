@@ -43,12 +43,18 @@ TILES = ((4, 32, 4), (8, 16, 4), (2, 64, 4), (1, 128, 4), (4, 16, 2))
 MAX_STRIP_WASTE = 1.15
 
 
+def strip_fits(width: int, strip: int) -> bool:
+    """Whether strips of ``strip`` columns cover an output row of ``width`` within :data:`MAX_STRIP_WASTE` and are
+    at most twice as wide as the row."""
+    return -(-width // strip) * strip <= MAX_STRIP_WASTE * width and strip <= 2 * width
+
+
 def dwrun_configs(problem: ConvProblem) -> list[KernelConfig]:
     height, width = problem.filter_size[-2], problem.output_size[-1]
     out = []
     for run, (runs, block_n, warps) in itertools.product(RUNS_BY_HEIGHT[height], TILES):
         strip = run * runs
-        if -(-width // strip) * strip > MAX_STRIP_WASTE * width or strip > 2 * width:
+        if not strip_fits(width, strip):
             continue
         # the longest runs hold too many values to load a row ahead as well (ptxas: 254 registers at 14 x 7x7)
         for stages in (1,) if run * height >= 98 else (2, 1):

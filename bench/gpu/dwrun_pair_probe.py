@@ -18,7 +18,7 @@ import itertools
 import sys
 from pathlib import Path
 
-from dwrun_data_probe import MAX_STRIP_WASTE, PROBLEMS
+from dwrun_data_probe import PROBLEMS, strip_fits
 from probe_rows import default_kernels, probe_kernels_and_cudnn, probe_main
 
 from tiledispatch.native.configs import Family, KernelConfig
@@ -41,7 +41,7 @@ def pair_configs(problem: ConvProblem) -> list[KernelConfig]:
     out = []
     for run, (runs, block_n, warps) in itertools.product(RUNS_BY_HEIGHT[height], TILES):
         strip = run * runs
-        if -(-width // strip) * strip > MAX_STRIP_WASTE * width or strip > 2 * width:
+        if not strip_fits(width, strip):
             continue
         for stages, split_k in itertools.product((2,) if weight else (2, 1), WEIGHT_SPLITS if weight else (1,)):
             config = KernelConfig(problem.direction, problem.dtype, problem.ndim, Family.DWRUN, run, block_n, height,

@@ -17,6 +17,7 @@ import itertools
 import sys
 from pathlib import Path
 
+from dwrun_data_probe import strip_fits
 from probe_rows import probe_kernels_and_cudnn, probe_main
 
 from tiledispatch.native.configs import Family, KernelConfig, parse_kernel_name
@@ -50,8 +51,6 @@ TILES = ((8, 16, 4), (4, 32, 4), (2, 64, 4), (16, 16, 8), (4, 16, 2), (1, 32, 1)
 SPLITS = (16, 32, 64, 128)
 #: Programs (channel blocks × depth taps × splits) a launch may have: about 2 to 8 per SM of a 132-SM GPU.
 PROGRAMS = (256, 1100)
-#: Widest strip padding accepted: the strip's columns past the row cost FMAs on zeros.
-MAX_STRIP_WASTE = 1.15
 
 
 def dwrun_configs(problem: ConvProblem) -> list[KernelConfig]:
@@ -59,7 +58,7 @@ def dwrun_configs(problem: ConvProblem) -> list[KernelConfig]:
     out = []
     for run, (runs, block_n, warps), split_k in itertools.product(RUNS_BY_HEIGHT[height], TILES, SPLITS):
         strip = run * runs
-        if -(-width // strip) * strip > MAX_STRIP_WASTE * width or strip > 2 * width:
+        if not strip_fits(width, strip):
             continue
         programs = -(-problem.in_channels // block_n) * problem.filter_size[0] ** (problem.ndim - 2) * split_k
         if not PROGRAMS[0] <= programs <= PROGRAMS[1]:

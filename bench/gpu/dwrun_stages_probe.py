@@ -23,7 +23,7 @@ import itertools
 import sys
 from pathlib import Path
 
-from dwrun_data_probe import MAX_STRIP_WASTE, PROBLEMS
+from dwrun_data_probe import PROBLEMS, strip_fits
 from probe_rows import default_kernels, probe_kernels_and_cudnn, probe_main
 
 from tiledispatch.native.configs import Family, KernelConfig
@@ -49,7 +49,7 @@ def stage_configs(problem: ConvProblem) -> list[KernelConfig]:
     for vec, runs_a_thread, tiles, stages in VARIANTS:
         for run, (runs, block_n, warps), stage in itertools.product(runs_a_thread, tiles, stages):
             strip = run * runs
-            if -(-width // strip) * strip > MAX_STRIP_WASTE * width or strip > 2 * width:
+            if not strip_fits(width, strip):
                 continue
             config = KernelConfig(problem.direction, problem.dtype, problem.ndim, Family.DWRUN, run, block_n, height,
                                   warps, stage, runs, 1, 1, vec)
