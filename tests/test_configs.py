@@ -17,7 +17,7 @@ from tiledispatch.native.rules import rule_set_configs
 GRAMMAR = re.compile(
     r"gconv_(fwd|bwd_data|bwd_weight)_(bf16|fp16|fp32)_([23])d_(igemm|gmerge|gemm1x1|direct|tma|dwroll|gwalk|dwrow|dwrun)"
     r"_([1-9][0-9]*)x([1-9][0-9]*)x([1-9][0-9]*)_w([1-9][0-9]*)_s([1-9][0-9]*)_gm([1-9][0-9]*)"
-    r"_sk([1-9][0-9]*)_mg([1-9][0-9]*)_v(1|2|8)_i(32|64)"
+    r"_sk([1-9][0-9]*)_mg([1-9][0-9]*)_v(1|2|4|8)_i(32|64)"
 )
 
 FULL_SAMPLE_SIZE = 20_000
@@ -297,7 +297,8 @@ def test_dwrow_config_rules(fields, message):
     (dict(block_m=0), "owns 1..16 output columns"),
     (dict(block_k=8), "filter height must be 1..7"),
     (dict(vec=8), "vec=1"),
-    (dict(num_stages=3), "num_stages=1"),
+    (dict(num_stages=5), "num_stages=1"),
+    (dict(num_stages=3), "backward-weight kernels load 1 or 2"),
     (dict(group_m=3), "group_m: must be a power of two"),
     (dict(block_n=24), "block_n: must be a power of two"),
     (dict(direction=Direction.FORWARD, split_k=1, ndim=3), "dwrun fwd kernels are 2D"),
@@ -316,7 +317,12 @@ def test_channel_pairs_are_a_dwrun_tile():
     pair = KernelConfig(Direction.FORWARD, DType.BF16, 2, Family.DWRUN, 8, 32, 3, 2, 2, 4, 1, 1, 2)
     assert pair.name == "gconv_fwd_bf16_2d_dwrun_8x32x3_w2_s2_gm4_sk1_mg1_v2_i32"
     assert parse_kernel_name(pair.name) == pair
-    with pytest.raises(ConfigError, match="vec: 2 .channel pairs. is a dwrun tile, not igemm"):
-        KernelConfig(Direction.FORWARD, DType.BF16, 2, Family.IGEMM, 64, 64, 32, 4, 3, 8, 1, 1, 2)
-    with pytest.raises(ConfigError, match="vec: must be 1, 2 .dwrun. or 8"):
-        KernelConfig(Direction.FORWARD, DType.BF16, 2, Family.DWRUN, 8, 32, 3, 2, 2, 4, 1, 1, 4)
+    # four channels a thread, rows through shared memory (num_stages 3, 4: forward / backward-data only)
+    quad = KernelConfig(Direction.BACKWARD_DATA, DType.BF16, 2, Family.DWRUN, 4, 32, 3, 2, 4, 8, 1, 1, 4)
+    assert quad.name == "gconv_bwd_data_bf16_2d_dwrun_4x32x3_w2_s4_gm8_sk1_mg1_v4_i32"
+    assert parse_kernel_name(quad.name) == quad
+    for vec in (2, 4):
+        with pytest.raises(ConfigError, match=f"vec: {vec} .channels a thread. is a dwrun tile, not igemm"):
+            KernelConfig(Direction.FORWARD, DType.BF16, 2, Family.IGEMM, 64, 64, 32, 4, 3, 8, 1, 1, vec)
+    with pytest.raises(ConfigError, match="vec: must be 1, 2 or 4 .dwrun. or 8"):
+        KernelConfig(Direction.FORWARD, DType.BF16, 2, Family.DWRUN, 8, 32, 3, 2, 2, 4, 1, 1, 3)
