@@ -1,5 +1,5 @@
 """Depthwise dwrun kernels with a channel pair a thread (``vec`` 2: one 32-bit load of two neighbouring channels,
-``native/kernels/dwrun.py`` ``channel_pairs``) timed beside `default`'s dwrun kernels (``vec`` 1: on every one of
+``native/kernels/dwrun.py`` ``channel_vectors``) timed beside `default`'s dwrun kernels (``vec`` 1: on every one of
 these layers faster than the dwroll ones, ``bench/results/2026-11-27_h200_s19``) of the same problem and cuDNN, in
 one run on one GPU, forward, backward-data and backward-weight: a probe for choosing tiles, not a report of the
 shipped registry.

@@ -61,7 +61,7 @@ Config: ``block_m`` = ``RUN`` (columns a thread owns, any 1..:data:`~tiledispatc
 height, unrolled (``F_W ≤ block_k``), ``num_stages`` 2 = each step's loads issued one step ahead of its FMAs (in
 registers), 3 and 4 = through shared memory (forward / backward-data), ``split_k`` the splits; ``vec`` 1: each
 thread loads one 16-bit channel value, so any channel count runs; ``vec`` 2 and 4: that many neighbouring channels a
-thread, one 32- or 64-bit load each (:func:`channel_pairs`; channel counts divisible by ``vec``), ``vec`` times the
+thread, one 32- or 64-bit load each (:func:`channel_vectors`; channel counts divisible by ``vec``), ``vec`` times the
 FMAs per load instruction and its address arithmetic.
 """
 
@@ -279,6 +279,8 @@ def _dwrun_data_kernel(
     else:
         # Loop-carried when PREFETCH (defined before the loop either way; otherwise dead code).
         nxt = _row_loads(x_ptr, 0, steps, oh0, PAD_H, IN_H, IN_W, C, x_plane, x_tile, x_col, col_ok, F_W, RUN, F_H)
+        # The accumulators after the first row's loads, as before the pipelined branch existed: these tiles then
+        # compile to the SASS their measured rows were timed with (cuobjdump-checked, session 27).
         acc = _zeros_tuple(F_H * RUN, RUNS, BLOCK_N)
         for s in range(0, steps):
             if PREFETCH:
@@ -366,7 +368,7 @@ def pipeline_stages(config: KernelConfig) -> int:
     return config.num_stages if config.num_stages >= 3 else 0
 
 
-def channel_pairs(config: KernelConfig) -> dict[str, int]:
+def channel_vectors(config: KernelConfig) -> dict[str, int]:
     """``vec`` 2 (4): ``CHANNELS`` promised divisible by 2 (4) (support.py refuses other counts). The same source
     then compiles to 32-bit (64-bit) loads and stores: with every row offset a multiple of ``C``, Triton proves two
     (four) contiguous, aligned 16-bit values a thread where ``vec`` 1 proves one, and the tile's layout gives each
@@ -392,7 +394,7 @@ class DwrunData:
                       "FLIP": self.direction is Direction.BACKWARD_DATA, "PREFETCH": config.num_stages == 2,
                       "PIPELINE": pipeline_stages(config), "INDEX64": config.index64}
         return {"run": Program(_dwrun_data_kernel, constexprs, types, config.num_warps, 1,
-                               divisible=channel_pairs(config), max_registers=run_register_budget(config))}
+                               divisible=channel_vectors(config), max_registers=run_register_budget(config))}
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
         return 0
@@ -422,7 +424,7 @@ class DwrunBackwardWeight:
                       "PREFETCH": config.num_stages == 2, "INDEX64": config.index64}
         fixed = fixed_sizes(config, _dwrun_bwd_weight_kernel)
         return with_split_reduce({"run": Program(_dwrun_bwd_weight_kernel, constexprs, types, config.num_warps, 1,
-                                                 fixed, channel_pairs(config),
+                                                 fixed, channel_vectors(config),
                                                  max_registers=run_register_budget(config))}, config)
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
