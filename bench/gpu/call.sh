@@ -53,6 +53,8 @@
 #   multiplier: the direct kernels' multiplier binary: kernel GPU tests (TESTS=0: none; TESTS_K: their -k), then
 #             (SWEEP=0: not) the seed-7 synthetic multiplier problems and 3D depthwise ones (--oracle-only) into
 #             $WORK/multiplier (resumes) and its report.
+#   halo:     bench/gpu/halo_probe.py (grouped forward from shared-memory input rows, Gluon + wgmma, beside the
+#             registry's best kernel and cuDNN on the dev suite's grouped stride-1 layers) into $WORK/halo_probe.
 #   dev:      the dev suite (../shared/bench/dev_suite.json), every default kernel and cuDNN (DEV_ARGS: e.g.
 #             --oracle-only), and its
 #             report.
@@ -247,6 +249,10 @@ print(json.dumps([p.to_dict() for p in s(100, seed=7) if p.c_per_group == 1 and 
     echo "l1 rc $?"; grep -c " ok " "$WORK/logs/l1_probe.txt"; head -2 "$WORK/logs/l1_probe.txt"
     ;;
   dwrow|flat|dwrun|dwrun_data|dwrun_pair|dwrun_stages) probe_then_tests "$1" ;;
+  halo)
+    timeout "$(left)" python3 bench/gpu/halo_probe.py --out "$WORK/halo_probe" > "$WORK/logs/halo_probe.txt" 2>&1
+    echo "halo rc $?"; tail -3 "$WORK/logs/halo_probe.txt"
+    ;;
   harness)
     timeout "$(left)" python3 bench/gpu/harness_check.py --out "$WORK/harness" > "$WORK/logs/harness.txt" 2>&1
     echo "harness rc $?"; tail -3 "$WORK/logs/harness.txt"
