@@ -66,7 +66,7 @@ def _halo_fwd_kernel(
     BATCH, H, W, C_TOTAL, K_TOTAL, OH, OW, PAD_H, PAD_W, ROW_CHUNKS, COL_BLOCKS,
     CG: gl.constexpr, KG: gl.constexpr, GM: gl.constexpr, CB: gl.constexpr, NB: gl.constexpr,
     WP: gl.constexpr, BLOCK_M: gl.constexpr, ROWS: gl.constexpr, F_H: gl.constexpr, F_W: gl.constexpr,
-    DIL: gl.constexpr, RING: gl.constexpr, num_warps: gl.constexpr,
+    DIL: gl.constexpr, RING: gl.constexpr, PIPELINE_STORE: gl.constexpr, num_warps: gl.constexpr,
 ):
     """``Y[n, oh, ow, g*KG + k] = sum_{ky,kx,c} X[n, oh + ky*DIL - PAD_H, ow + kx*DIL - PAD_W, g*CG + c] *
     W[g*KG + k, ky, kx, c]`` for ``GM`` merged groups, ``BLOCK_M / WP`` images (streams) and one chunk of
@@ -127,6 +127,8 @@ def _halo_fwd_kernel(
     out_base = ((image_out.to(gl.int64) * OH * OW + ow) * K_TOTAL)[:, None] + (k0 + k_out)[None, :]
     out_ok = ((image_out < BATCH) & (m_out % WP < OC) & (ow < OW))[:, None] & (k_out < GM * KG)[None, :]
 
+    # Row j's wgmma chain runs while row j - 1's result is stored (PIPELINE_STORE), else after its wait.
+    previous = gl.zeros([BLOCK_M, NB], dtype, layout=out_layout)
     for j in range(ROWS):
         # Prefetch the row step j + 1 adds to its window; its slot held the row step j - 1 finished with.
         _issue_row(bufs, x_ptr, pixel_base, image_ok, iw, chan_ok, j + HALO + 1, ih0, H, W, C_TOTAL, row_limit,
@@ -139,10 +141,18 @@ def _halo_fwd_kernel(
         for tap in gl.static_range(TAPS):
             a = bufs.index((tap % F_W) * RING + (j + (tap // F_W) * DIL) % RING)
             acc = warpgroup_mma(a, b_smem.index(tap), acc, is_async=True)
+        if PIPELINE_STORE:
+            oh_prev = oh0 + j - 1
+            gl.store(y_ptr + (out_base + oh_prev.to(gl.int64) * OW * K_TOTAL), previous,
+                     mask=out_ok & (oh_prev < OH) & (j > 0))
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        oh = oh0 + j
-        out = gl.convert_layout(acc.to(dtype), out_layout)
-        gl.store(y_ptr + (out_base + oh.to(gl.int64) * OW * K_TOTAL), out, mask=out_ok & (oh < OH))
+        previous = gl.convert_layout(acc.to(dtype), out_layout)
+        if not PIPELINE_STORE:
+            oh = oh0 + j
+            gl.store(y_ptr + (out_base + oh.to(gl.int64) * OW * K_TOTAL), previous, mask=out_ok & (oh < OH))
+    if PIPELINE_STORE:
+        oh_last = oh0 + ROWS - 1
+        gl.store(y_ptr + (out_base + oh_last.to(gl.int64) * OW * K_TOTAL), previous, mask=out_ok & (oh_last < OH))
     async_copy.wait_group(0)
 
 
@@ -155,10 +165,12 @@ class HaloTile:
     padded_width: int
     block_m: int
     rows: int
+    pipeline_store: bool = False
     num_warps: int = 4
 
     def name(self) -> str:
-        return f"halo_mg{self.merged_groups}_wp{self.padded_width}_m{self.block_m}_r{self.rows}_w{self.num_warps}"
+        return (f"halo_mg{self.merged_groups}_wp{self.padded_width}_m{self.block_m}_r{self.rows}"
+                f"{'_ps' if self.pipeline_store else ''}_w{self.num_warps}")
 
 
 def _pow2_at_least(value: int) -> int:
@@ -168,7 +180,8 @@ def _pow2_at_least(value: int) -> int:
 def _constants(cg: int, kg: int, fh: int, fw: int, dil: int, tile: HaloTile) -> dict:
     return dict(CG=cg, KG=kg, GM=tile.merged_groups, CB=max(16, _pow2_at_least(tile.merged_groups * cg)),
                 NB=max(16, _pow2_at_least(tile.merged_groups * kg)), WP=tile.padded_width, BLOCK_M=tile.block_m,
-                ROWS=tile.rows, F_H=fh, F_W=fw, DIL=dil, RING=_pow2_at_least((fh - 1) * dil + 2))
+                ROWS=tile.rows, F_H=fh, F_W=fw, DIL=dil, RING=_pow2_at_least((fh - 1) * dil + 2),
+                PIPELINE_STORE=tile.pipeline_store)
 
 
 def _shared_bytes(consts: dict) -> int:
@@ -190,10 +203,11 @@ def _tiles_for(problem) -> list[HaloTile]:
             for block_m in (64, 128):
                 if wp <= (fw - 1) * dil or block_m % wp or block_m // wp > 2 * problem.batch:
                     continue
-                for rows in sorted({math.ceil(out_h / 2), math.ceil(out_h / 4)}):
-                    tile = HaloTile(mg, wp, block_m, rows)
-                    if _shared_bytes(_constants(cg, kg, fh, fw, dil, tile)) <= 200 * 1024:
-                        tiles.append(tile)
+                for rows in sorted({out_h, math.ceil(out_h / 2)}):
+                    for pipeline_store in (False, True):
+                        tile = HaloTile(mg, wp, block_m, rows, pipeline_store)
+                        if _shared_bytes(_constants(cg, kg, fh, fw, dil, tile)) <= 200 * 1024:
+                            tiles.append(tile)
     return tiles
 
 
