@@ -66,11 +66,15 @@ def _halo_fwd_kernel(
     BATCH, H, W, C_TOTAL, K_TOTAL, OH, OW, PAD_H, PAD_W, ROW_CHUNKS, COL_BLOCKS,
     CG: gl.constexpr, KG: gl.constexpr, GM: gl.constexpr, CB: gl.constexpr, NB: gl.constexpr,
     WP: gl.constexpr, BLOCK_M: gl.constexpr, ROWS: gl.constexpr, F_H: gl.constexpr, F_W: gl.constexpr,
-    DIL: gl.constexpr, RING: gl.constexpr, PIPELINE_STORE: gl.constexpr, num_warps: gl.constexpr,
+    DIL: gl.constexpr, RING: gl.constexpr, PIPELINE_STORE: gl.constexpr, SPLIT_ACC: gl.constexpr,
+    BACKWARD_DATA: gl.constexpr, num_warps: gl.constexpr,
 ):
     """``Y[n, oh, ow, g*KG + k] = sum_{ky,kx,c} X[n, oh + ky*DIL - PAD_H, ow + kx*DIL - PAD_W, g*CG + c] *
     W[g*KG + k, ky, kx, c]`` for ``GM`` merged groups, ``BLOCK_M / WP`` images (streams) and one chunk of
-    ``ROWS`` output rows by ``WP - (F_W-1)*DIL`` columns (module docstring: GEMM mapping)."""
+    ``ROWS`` output rows by ``WP - (F_W-1)*DIL`` columns (module docstring: GEMM mapping). BACKWARD_DATA (stride 1):
+    the same walk over dY (``CG`` = K/G, ``KG`` = C/G, ``PAD`` = ``(F-1)*DIL - pad_begin``) with tap ``t`` reading the
+    forward's tap ``taps-1-t`` transposed: ``dX[n, ih, iw, g*KG + c] = sum dY[n, ih + ky*DIL - PAD, ...] *
+    W[g*CG + k, F_H-1-ky, F_W-1-kx, c]``."""
     STREAMS: gl.constexpr = BLOCK_M // WP
     OC: gl.constexpr = WP - (F_W - 1) * DIL
     TAPS: gl.constexpr = F_H * F_W
@@ -113,9 +117,16 @@ def _halo_fwd_kernel(
     ci = gl.arange(0, CB, layout=gl.SliceLayout(1, w_layout))
     co = gl.arange(0, NB, layout=gl.SliceLayout(0, w_layout))
     w_ok = ((ci[:, None] // CG) == (co[None, :] // KG)) & (ci[:, None] < GM * CG) & (co[None, :] < GM * KG)
-    w_offsets = (k0 + co[None, :]) * (TAPS * CG) + (ci[:, None] % CG)
-    for tap in gl.static_range(TAPS):
-        b_smem.index(tap).store(gl.load(w_ptr + w_offsets + tap * CG, mask=w_ok, other=0.0))
+    if BACKWARD_DATA:
+        # W is [G*CG, taps, KG] here (the reduction runs over the forward's output channels): tap t of the
+        # walk reads the forward's tap taps-1-t, transposed.
+        w_offsets = (c0 + ci[:, None]) * (TAPS * KG) + (co[None, :] % KG)
+        for tap in gl.static_range(TAPS):
+            b_smem.index(tap).store(gl.load(w_ptr + w_offsets + (TAPS - 1 - tap) * KG, mask=w_ok, other=0.0))
+    else:
+        w_offsets = (k0 + co[None, :]) * (TAPS * CG) + (ci[:, None] % CG)
+        for tap in gl.static_range(TAPS):
+            b_smem.index(tap).store(gl.load(w_ptr + w_offsets + tap * CG, mask=w_ok, other=0.0))
 
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                           instr_shape=[16, NB, 16])
@@ -137,15 +148,32 @@ def _halo_fwd_kernel(
         async_copy.wait_group(1)
         gl.thread_barrier()
         fence_async_shared()
-        acc = gl.zeros([BLOCK_M, NB], gl.float32, layout=mma_layout)
-        for tap in gl.static_range(TAPS):
-            a = bufs.index((tap % F_W) * RING + (j + (tap // F_W) * DIL) % RING)
-            acc = warpgroup_mma(a, b_smem.index(tap), acc, is_async=True)
+        if SPLIT_ACC:
+            # One accumulator per filter row: three independent wgmma chains the tensor cores overlap.
+            gl.static_assert(F_H == 3, "SPLIT_ACC holds one accumulator per filter row of a 3-row filter")
+            acc0 = gl.zeros([BLOCK_M, NB], gl.float32, layout=mma_layout)
+            acc1 = gl.zeros([BLOCK_M, NB], gl.float32, layout=mma_layout)
+            acc2 = gl.zeros([BLOCK_M, NB], gl.float32, layout=mma_layout)
+            for kx in gl.static_range(F_W):
+                acc0 = warpgroup_mma(bufs.index(kx * RING + j % RING), b_smem.index(kx), acc0, is_async=True)
+                acc1 = warpgroup_mma(bufs.index(kx * RING + (j + DIL) % RING), b_smem.index(F_W + kx), acc1,
+                                     is_async=True)
+                acc2 = warpgroup_mma(bufs.index(kx * RING + (j + 2 * DIL) % RING), b_smem.index(2 * F_W + kx),
+                                     acc2, is_async=True)
+        else:
+            acc = gl.zeros([BLOCK_M, NB], gl.float32, layout=mma_layout)
+            for tap in gl.static_range(TAPS):
+                a = bufs.index((tap % F_W) * RING + (j + (tap // F_W) * DIL) % RING)
+                acc = warpgroup_mma(a, b_smem.index(tap), acc, is_async=True)
         if PIPELINE_STORE:
             oh_prev = oh0 + j - 1
             gl.store(y_ptr + (out_base + oh_prev.to(gl.int64) * OW * K_TOTAL), previous,
                      mask=out_ok & (oh_prev < OH) & (j > 0))
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        if SPLIT_ACC:
+            acc0, acc1, acc2 = warpgroup_mma_wait(num_outstanding=0, deps=(acc0, acc1, acc2))
+            acc = acc0 + acc1 + acc2
+        else:
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         previous = gl.convert_layout(acc.to(dtype), out_layout)
         if not PIPELINE_STORE:
             oh = oh0 + j
@@ -166,22 +194,23 @@ class HaloTile:
     block_m: int
     rows: int
     pipeline_store: bool = False
+    split_acc: bool = False
     num_warps: int = 4
 
     def name(self) -> str:
         return (f"halo_mg{self.merged_groups}_wp{self.padded_width}_m{self.block_m}_r{self.rows}"
-                f"{'_ps' if self.pipeline_store else ''}_w{self.num_warps}")
+                f"{'_ps' if self.pipeline_store else ''}{'_sa' if self.split_acc else ''}_w{self.num_warps}")
 
 
 def _pow2_at_least(value: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(value, 1))))
 
 
-def _constants(cg: int, kg: int, fh: int, fw: int, dil: int, tile: HaloTile) -> dict:
+def _constants(cg: int, kg: int, fh: int, fw: int, dil: int, tile: HaloTile, backward_data: bool = False) -> dict:
     return dict(CG=cg, KG=kg, GM=tile.merged_groups, CB=max(16, _pow2_at_least(tile.merged_groups * cg)),
                 NB=max(16, _pow2_at_least(tile.merged_groups * kg)), WP=tile.padded_width, BLOCK_M=tile.block_m,
                 ROWS=tile.rows, F_H=fh, F_W=fw, DIL=dil, RING=_pow2_at_least((fh - 1) * dil + 2),
-                PIPELINE_STORE=tile.pipeline_store)
+                PIPELINE_STORE=tile.pipeline_store, SPLIT_ACC=tile.split_acc, BACKWARD_DATA=backward_data)
 
 
 def _shared_bytes(consts: dict) -> int:
@@ -190,51 +219,71 @@ def _shared_bytes(consts: dict) -> int:
                 + consts["F_H"] * consts["F_W"] * consts["CB"] * consts["NB"] + consts["BLOCK_M"] * consts["NB"])
 
 
+def _walk_sizes(problem) -> tuple[int, int, tuple[int, int], tuple[int, int]]:
+    """(reduction channels per group, result channels per group, walked input size, result size)."""
+    from tiledispatch.native.problem import Direction
+
+    if problem.direction is Direction.BACKWARD_DATA:
+        return (problem.k_per_group, problem.c_per_group, tuple(problem.output_size[-2:]),
+                tuple(problem.input_size[-2:]))
+    return problem.c_per_group, problem.k_per_group, tuple(problem.input_size[-2:]), tuple(problem.output_size[-2:])
+
+
 def _tiles_for(problem) -> list[HaloTile]:
-    cg, kg = problem.c_per_group, problem.k_per_group
+    cg, kg, _, (out_h, out_w) = _walk_sizes(problem)
     fh, fw, dil = problem.filter_size[-2], problem.filter_size[-1], problem.dilation[-1]
-    out_h, out_w = problem.output_size[-2:]
     widest = _pow2_at_least(out_w + (fw - 1) * dil)
     tiles = []
     for mg in (1, 2, 4, 8):
         if problem.groups % mg or not 16 <= mg * cg <= 64 or mg * kg > 128:
             continue
         for wp in (widest, widest // 2) if widest >= 64 else (widest,):
-            for block_m in (64, 128):
+            for block_m, warps in ((64, 4), (128, 8)):
                 if wp <= (fw - 1) * dil or block_m % wp or block_m // wp > 2 * problem.batch:
                     continue
-                for rows in sorted({out_h, math.ceil(out_h / 2)}):
-                    for pipeline_store in (False, True):
-                        tile = HaloTile(mg, wp, block_m, rows, pipeline_store)
+                for rows in sorted({math.ceil(out_h / 2), math.ceil(out_h / 4)}):
+                    for split_acc in (False, True) if fh == 3 else (False,):
+                        tile = HaloTile(mg, wp, block_m, rows, True, split_acc, warps)
                         if _shared_bytes(_constants(cg, kg, fh, fw, dil, tile)) <= 200 * 1024:
                             tiles.append(tile)
     return tiles
 
 
-# problem key, the registry's best forward kernel on session 28's dev-suite run (H200)
+# direction, problem key, the registry's best kernel on session 28's dev-suite run (H200)
 PROBLEMS = (
-    ("2d|n32|g32|c256|k256|in28x28|f3x3|s1x1|d1x1|pb1x1|pe1x1", "gmerge_128x32x32_w4_s3_gm8_sk1_mg4_v8_i32"),
-    ("2d|n32|g32|c128|k128|in56x56|f3x3|s1x1|d1x1|pb1x1|pe1x1", "gmerge_128x32x32_w4_s3_gm8_sk1_mg8_v8_i32"),
-    ("2d|n32|g32|c512|k512|in14x14|f3x3|s1x1|d1x1|pb1x1|pe1x1", "gmerge_128x32x32_w4_s3_gm8_sk1_mg2_v8_i32"),
-    ("2d|n32|g32|c1024|k1024|in7x7|f3x3|s1x1|d1x1|pb1x1|pe1x1", "igemm_128x32x32_w4_s3_gm8_sk1_mg1_v8_i32"),
-    ("2d|n32|g8|c448|k448|in28x28|f3x3|s1x1|d1x1|pb1x1|pe1x1", "gwalk_64x64x64_w4_s1_gm2_sk1_mg1_v8_i32"),
-    ("2d|n8|g8|c256|k256|in64x64|f3x3|s1x1|d2x2|pb2x2|pe2x2", "igemm_128x32x32_w4_s3_gm8_sk1_mg1_v8_i32"),
-    ("2d|n1|g32|c256|k256|in28x28|f3x3|s1x1|d1x1|pb1x1|pe1x1", "igemm_128x32x32_w4_s3_gm8_sk1_mg1_v8_i32"),
+    ("fwd", "2d|n32|g32|c256|k256|in28x28|f3x3|s1x1|d1x1|pb1x1|pe1x1", "gmerge_128x32x32_w4_s3_gm8_sk1_mg4_v8_i32"),
+    ("fwd", "2d|n32|g32|c128|k128|in56x56|f3x3|s1x1|d1x1|pb1x1|pe1x1", "gmerge_128x32x32_w4_s3_gm8_sk1_mg8_v8_i32"),
+    ("fwd", "2d|n32|g32|c512|k512|in14x14|f3x3|s1x1|d1x1|pb1x1|pe1x1", "gmerge_128x32x32_w4_s3_gm8_sk1_mg2_v8_i32"),
+    ("fwd", "2d|n32|g8|c448|k448|in28x28|f3x3|s1x1|d1x1|pb1x1|pe1x1", "gwalk_64x64x64_w4_s1_gm2_sk1_mg1_v8_i32"),
+    ("bwd_data", "2d|n32|g32|c256|k256|in28x28|f3x3|s1x1|d1x1|pb1x1|pe1x1",
+     "gwalk_64x32x32_w4_s1_gm2_sk1_mg4_v8_i32"),
+    ("bwd_data", "2d|n32|g32|c128|k128|in56x56|f3x3|s1x1|d1x1|pb1x1|pe1x1",
+     "gwalk_64x32x32_w4_s1_gm4_sk1_mg8_v8_i32"),
+    ("bwd_data", "2d|n32|g32|c512|k512|in14x14|f3x3|s1x1|d1x1|pb1x1|pe1x1",
+     "gwalk_64x32x32_w4_s1_gm2_sk1_mg2_v8_i32"),
+    ("bwd_data", "2d|n32|g8|c448|k448|in28x28|f3x3|s1x1|d1x1|pb1x1|pe1x1", "gwalk_64x64x64_w4_s1_gm2_sk1_mg1_v8_i32"),
+    ("bwd_data", "2d|n1|g32|c256|k256|in28x28|f3x3|s1x1|d1x1|pb1x1|pe1x1", "gmerge_64x32x32_w4_s4_gm8_sk1_mg4_v8_i32"),
 )
 
+
 def _launch_args(problem, tile: HaloTile) -> tuple[tuple[int, int], dict]:
-    """Grid and keyword arguments of ``_halo_fwd_kernel`` for ``problem`` (forward, 2D, stride 1)."""
-    height, width = problem.input_size[-2:]
-    out_h, out_w = problem.output_size[-2:]
+    """Grid and keyword arguments of ``_halo_fwd_kernel`` for ``problem`` (forward or backward-data, 2D, stride 1)."""
+    from tiledispatch.native.problem import Direction
+
+    backward = problem.direction is Direction.BACKWARD_DATA
+    cg, kg, (height, width), (out_h, out_w) = _walk_sizes(problem)
     fh, fw = problem.filter_size[-2:]
-    consts = _constants(problem.c_per_group, problem.k_per_group, fh, fw, problem.dilation[-1], tile)
+    dil_h, dil_w = problem.dilation[-2:]
+    pad_h, pad_w = problem.pad_begin[-2:]
+    if backward:
+        pad_h, pad_w = (fh - 1) * dil_h - pad_h, (fw - 1) * dil_w - pad_w
+    consts = _constants(cg, kg, fh, fw, dil_w, tile, backward)
     streams = tile.block_m // tile.padded_width
-    out_cols = tile.padded_width - (fw - 1) * problem.dilation[-1]
+    out_cols = tile.padded_width - (fw - 1) * dil_w
     row_chunks, col_blocks = math.ceil(out_h / tile.rows), math.ceil(out_w / out_cols)
     grid = (math.ceil(problem.batch / streams) * row_chunks * col_blocks, problem.groups // tile.merged_groups)
-    ints = dict(BATCH=problem.batch, H=height, W=width, C_TOTAL=problem.in_channels, K_TOTAL=problem.out_channels,
-                OH=out_h, OW=out_w, PAD_H=problem.pad_begin[-2], PAD_W=problem.pad_begin[-1], ROW_CHUNKS=row_chunks,
-                COL_BLOCKS=col_blocks)
+    ints = dict(BATCH=problem.batch, H=height, W=width, C_TOTAL=cg * problem.groups, K_TOTAL=kg * problem.groups,
+                OH=out_h, OW=out_w, PAD_H=pad_h, PAD_W=pad_w, ROW_CHUNKS=row_chunks, COL_BLOCKS=col_blocks)
     return grid, {**ints, **consts}
 
 
@@ -250,8 +299,8 @@ def compile_only() -> int:
     pointers = {"x_ptr": "*bf16", "w_ptr": "*bf16", "y_ptr": "*bf16", **{name: "i32" for name in _INTS}}
     seen = set()
     failures = 0
-    for key, _ in PROBLEMS:
-        problem = ConvProblem.from_key(f"fwd|bf16|{key}")
+    for direction, key, _ in PROBLEMS:
+        problem = ConvProblem.from_key(f"{direction}|bf16|{key}")
         for tile in _tiles_for(problem):
             _, args = _launch_args(problem, tile)
             constants = {name: value for name, value in args.items() if name not in _INTS}
@@ -288,14 +337,14 @@ def halo_section(probe, problems) -> None:
     from tiledispatch.native.configs import parse_kernel_name
     from tiledispatch.native.problem import ConvProblem
 
-    probe.compile(sorted({parse_kernel_name(f"gconv_fwd_bf16_2d_{best}") for _, best in problems},
+    probe.compile(sorted({parse_kernel_name(f"gconv_{direction}_bf16_2d_{best}") for direction, _, best in problems},
                          key=lambda c: c.name))
-    for key, best in problems:
-        problem = ConvProblem.from_key(f"fwd|bf16|{key}")
+    for direction, key, best in problems:
+        problem = ConvProblem.from_key(f"{direction}|bf16|{key}")
         print(problem.key, flush=True)
         setup = new_setup(problem, probe.settings)
         probe.cudnn("halo", problem, setup)
-        config = parse_kernel_name(f"gconv_fwd_bf16_2d_{best}")
+        config = parse_kernel_name(f"gconv_{direction}_bf16_2d_{best}")
         probe.measure("halo", problem, setup, config.name, probe.config_call(problem, setup, config))
         for tile in _tiles_for(problem):
             grid, args = _launch_args(problem, tile)
