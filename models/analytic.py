@@ -28,7 +28,7 @@ depthwise row-rolling CUDA-core kernels) takes the direct view as it is: ``block
 positions × channels per CTA, every output a dot over the taps. Its code (5) changed no number: it
 had the same view before it had a code, as a CUDA-core family this module did not know.
 ``gwalk`` (code 6: grouped 3×3 stride-1 walks on tensor cores) takes the tensor-core view of gmerge
-(its ``merge`` groups multiply the work), which it also had before its code.
+(its ``merge`` groups multiply the work), which it also had before its code; so does ``halo`` (code 9).
 A family this module does not know gets :data:`UNKNOWN_FAMILY` as its code and the cost view of its
 kind: the tensor-core implicit GEMM for a family with ``uses_tensor_cores``, the direct view
 otherwise — a sane estimate, never an error.
@@ -75,7 +75,7 @@ SMEM_RESERVE_PER_CTA = 1024
 #: The ``family`` column's code of each family, by the family's name (value). New families are
 #: appended; a code never changes meaning (the feature engine's one-hot columns read these codes).
 FAMILY_CODES = {"igemm": 0, "gmerge": 1, "gemm1x1": 2, "direct": 3, "tma": 4, "dwroll": 5, "gwalk": 6, "dwrow": 7,
-                "dwrun": 8}
+                "dwrun": 8, "halo": 9}
 #: The code of a family missing from :data:`FAMILY_CODES` (costed by its kind, see the module doc).
 UNKNOWN_FAMILY = -1
 _DIRECT = FAMILY_CODES["direct"]

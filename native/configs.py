@@ -40,6 +40,11 @@ gwalk      2D 3×3 grouped conv on tensor cores walking      forward / backward-
            output row (forward and backward-data) or        K × merged C × (images × input columns);
            filter row (backward-weight) it feeds            ``group_m`` = output rows walked (1, 2 or
                                                             4), ``merge`` ≥ 1
+halo       2D 3×3 stride-1 grouped conv on tensor cores     GEMM M (images × padded output columns)
+           from a shared-memory ring of input rows          × merged output channels (≥ MERGE·K/G) ×
+           (Gluon; forward and backward-data): each input   merged reduction channels (≥ MERGE·C/G);
+           row is copied once per column shift, every tap   ``group_m`` = output rows a program walks
+           is a wgmma on two shared-memory operands         (4–32), ``merge`` ≥ 1
 =========  ===============================================  =========================================
 
 ``split_k`` splits the GEMM reduction into that many contiguous parts (a grid axis), each written to an
@@ -84,6 +89,7 @@ class Family(str, Enum):
     GWALK = "gwalk"
     DWROW = "dwrow"
     DWRUN = "dwrun"
+    HALO = "halo"
 
     @property
     def uses_tensor_cores(self) -> bool:
@@ -92,7 +98,7 @@ class Family(str, Enum):
     @property
     def directions(self) -> tuple[Direction, ...]:
         """The directions the family has kernels for (tma: forward and backward-data; dwrow: backward-weight)."""
-        if self is Family.TMA:
+        if self in (Family.TMA, Family.HALO):
             return (Direction.FORWARD, Direction.BACKWARD_DATA)
         if self is Family.DWROW:
             return (Direction.BACKWARD_WEIGHT,)
@@ -100,8 +106,8 @@ class Family(str, Enum):
 
     @property
     def ndims(self) -> tuple[int, ...]:
-        """The spatial dimensionalities the family has kernels for (gwalk: 2D)."""
-        return (2,) if self is Family.GWALK else (2, 3)
+        """The spatial dimensionalities the family has kernels for (gwalk, halo: 2D)."""
+        return (2,) if self in (Family.GWALK, Family.HALO) else (2, 3)
 
     def ndims_for(self, direction: Direction) -> tuple[int, ...]:
         """:attr:`ndims` in one direction (dwrun: 3D backward-weight only)."""
@@ -111,8 +117,8 @@ class Family(str, Enum):
 
     @property
     def dtypes(self) -> tuple[DType, ...]:
-        """The dtypes the family has kernels for (tma, gwalk: bf16/fp16; fp32 runs on the exact igemm dots)."""
-        if self in (Family.TMA, Family.GWALK):
+        """The dtypes the family has kernels for (tma, gwalk, halo: bf16/fp16; fp32 runs on the exact igemm dots)."""
+        if self in (Family.TMA, Family.GWALK, Family.HALO):
             return (DType.BF16, DType.FP16)
         return tuple(DType)
 
@@ -171,8 +177,8 @@ class KernelConfig:
             raise ConfigError(f"split_k: {self.direction.value} kernels split the reduction only in the "
                               "tensor-core families igemm, gmerge and gemm1x1 "
                               "(direct, dwroll, tma and gwalk: split_k=1)")
-        if self.merge > 1 and self.family not in (Family.GMERGE, Family.GWALK):
-            raise ConfigError("merge: must be 1 outside the gmerge and gwalk families")
+        if self.merge > 1 and self.family not in (Family.GMERGE, Family.GWALK, Family.HALO):
+            raise ConfigError("merge: must be 1 outside the gmerge, gwalk and halo families")
         if self.merge == 1 and self.family is Family.GMERGE:
             raise ConfigError("merge: gmerge kernels merge 2 or more groups (merge 1 is igemm)")
         if self.direction not in self.family.directions:
@@ -191,6 +197,20 @@ class KernelConfig:
                 raise ConfigError(f"group_m: a gwalk kernel walks 1, 2 or 4 output rows, got {self.group_m}")
             if self.dtype not in self.family.dtypes:
                 raise ConfigError("dtype: gwalk kernels are bf16/fp16 (fp32 runs on the exact igemm dots)")
+        if self.family is Family.HALO:
+            if self.ndim not in self.family.ndims or self.vec != 8 or self.index64 or self.num_stages != 1:
+                raise ConfigError("ndim/vec/index64/num_stages: halo kernels are 2D, vec=8 (16-byte channel runs), "
+                                  "32-bit indexed, num_stages=1 (the ring of input rows is the pipeline)")
+            if self.dtype not in self.family.dtypes:
+                raise ConfigError("dtype: halo kernels are bf16/fp16 (fp32 runs on the exact igemm dots)")
+            if self.block_m not in (64, 128) or self.num_warps != 4:
+                raise ConfigError(f"block_m/num_warps: a halo kernel is one warpgroup (num_warps=4) over 64 or 128 "
+                                  f"rows, got block_m={self.block_m}, num_warps={self.num_warps}")
+            if not 16 <= self.block_k <= 64 or not 16 <= self.block_n <= 128:
+                raise ConfigError(f"block_k/block_n: a halo kernel's reduction tile is 16..64 and output tile "
+                                  f"16..128 channels, got {self.block_k}/{self.block_n}")
+            if not 4 <= self.group_m <= 32:
+                raise ConfigError(f"group_m: a halo kernel walks 4..32 output rows, got {self.group_m}")
         if self.family is Family.DWROLL:
             if self.vec != 8 or self.num_stages not in (1, 2):
                 raise ConfigError("vec/num_stages: dwroll kernels use vec=8 (16-byte channel runs), "
@@ -254,9 +274,13 @@ class KernelConfig:
 
     @property
     def smem_bytes_estimate(self) -> int:
-        """Operand staging buffers of the software pipeline (tensor-core families); 0 for direct."""
+        """Operand staging buffers of the software pipeline (tensor-core families); 0 for direct. halo: its ring
+        of 3 column shifts × 4 input-row tiles, the nine tap matrices and the epilogue's conversion scratch."""
         if not self.family.uses_tensor_cores:
             return 0
+        if self.family is Family.HALO:
+            return (12 * self.block_m * self.block_k + 9 * self.block_k * self.block_n
+                    + self.block_m * self.block_n) * self.dtype.itemsize
         return self.num_stages * (self.block_m * self.block_k + self.block_k * self.block_n) * self.dtype.itemsize
 
     @property

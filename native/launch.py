@@ -80,6 +80,7 @@ def templates() -> dict[tuple[Direction, Family], KernelTemplate]:
         from tiledispatch.native.kernels.dwrun import DwrunBackwardWeight, DwrunData
         from tiledispatch.native.kernels.gwalk import GwalkConvolution
         from tiledispatch.native.kernels.gwalk_bwd_weight import GwalkBackwardWeight
+        from tiledispatch.native.kernels.halo import HaloConvolution
         from tiledispatch.native.kernels.igemm_bwd_data import IgemmBackwardData
         from tiledispatch.native.kernels.igemm_bwd_weight import IgemmBackwardWeight
         from tiledispatch.native.kernels.igemm_fwd import IgemmForward
@@ -92,7 +93,8 @@ def templates() -> dict[tuple[Direction, Family], KernelTemplate]:
                          DwrollData(Direction.FORWARD), DwrollData(Direction.BACKWARD_DATA), DwrollBackwardWeight(),
                          GwalkConvolution(Direction.FORWARD), GwalkConvolution(Direction.BACKWARD_DATA),
                          GwalkBackwardWeight(), DwrowBackwardWeight(), DwrunBackwardWeight(),
-                         DwrunData(Direction.FORWARD), DwrunData(Direction.BACKWARD_DATA)):
+                         DwrunData(Direction.FORWARD), DwrunData(Direction.BACKWARD_DATA),
+                         HaloConvolution(Direction.FORWARD), HaloConvolution(Direction.BACKWARD_DATA)):
             for family in template.families:
                 table[(template.direction, family)] = template
         _TEMPLATES = table
@@ -252,7 +254,8 @@ def _launch(program: Program, launch: Launch, backend: Backend, binary: Any) -> 
     if backend is Backend.COMPILED:
         binary[launch.grid](*full_arguments(program, launch))
         return
-    program.fn[launch.grid](*launch.args, **program.constexprs, **program.compile_options())
+    # (A Gluon program names num_warps among its constexprs too: the launch option fills that parameter.)
+    program.fn[launch.grid](*launch.args, **{**program.constexprs, **program.compile_options()})
 
 
 def _device_message(name: str, backend: Backend, device: Any) -> str:

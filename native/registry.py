@@ -85,6 +85,12 @@ def _source(program: Any) -> Any:
              if kind.startswith("*")}
     attrs.update({(index,): [["tt.divisibility", divisible[name]]] for index, name in enumerate(signature)
                   if name in divisible})
+    from triton.experimental.gluon._runtime import GluonJITFunction
+
+    if isinstance(program.fn, GluonJITFunction):  # (halo: explicit shared memory and wgmma)
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        return GluonASTSource(program.fn, signature, program.compile_constants(), attrs)
     return ASTSource(program.fn, signature, program.compile_constants(), attrs)
 
 

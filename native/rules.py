@@ -97,6 +97,15 @@ _GWALK_WEIGHT_LANES = (32, 64, 128)
 _GWALK_WEIGHT_SPLIT_K = (1, 4, 8, 16, 32, 64, 128)
 
 
+#: halo tiles: GEMM M (images × padded columns), merged output / reduction channel tiles, output rows a program
+#: walks, merged groups.
+_HALO_BLOCK_M = (64, 128)
+_HALO_BLOCK_N = (16, 32, 64, 128)
+_HALO_BLOCK_K = (16, 32, 64)
+_HALO_ROWS = (4, 8, 16, 32)
+_HALO_MERGE = (1, 2, 4, 8, 16)
+
+
 def gwalk_accumulator_registers(config: KernelConfig) -> int:
     """fp32 accumulator registers a gwalk thread holds: one tile per output row walked (forward /
     backward-data); backward-weight: three stacked tiles of 4·block_m × block_n (one per filter column)."""
@@ -133,6 +142,15 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
                     domains = ((64, 128), (16, 32, 64), (16, 32, 64), (4, 8), (2, 4), (1,), _GWALK_MERGE)
             for bm, bn, bk, warps, rows, sk, mg in itertools.product(*domains):
                 yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, 1, rows, sk, mg, 8, False)
+            continue
+        if family is Family.HALO:
+            if dtype not in family.dtypes or ndim not in family.ndims:
+                continue
+            domains = (_HALO_BLOCK_M, _HALO_BLOCK_N, _HALO_BLOCK_K, _HALO_ROWS, _HALO_MERGE)
+            if narrow:
+                domains = ((64,), (16, 32, 64), (16, 32, 64), _HALO_ROWS, (1, 2, 4, 8))
+            for bm, bn, bk, rows, mg in itertools.product(*domains):
+                yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, 4, 1, rows, 1, mg, 8, False)
             continue
         if family is Family.DWROLL:
             domains = (_DWROLL_BLOCK_W, _DWROLL_BLOCK_N, _DWROLL_FILTER_HEIGHTS, _DIRECT_WARPS, (1, 2),
@@ -242,6 +260,9 @@ def _full_rule(config: KernelConfig, arch: ArchSpec) -> bool:
         # right; bench/results/2026-11-26_h100_s13/), so that pair is left out.
         return (4 * config.block_m >= 16 * config.num_warps and (config.num_warps, config.group_m) != (4, 2)
                 and gwalk_accumulator_registers(config) <= MAX_ACCUMULATOR_REGISTERS)
+    if config.family is Family.HALO:  # (the ring, taps and scratch: KernelConfig.smem_bytes_estimate)
+        return (config.smem_bytes_estimate <= arch.smem_per_block_bytes - EPILOGUE_SMEM_RESERVE
+                and config.accumulator_registers <= MAX_ACCUMULATOR_REGISTERS)
     if config.family is Family.GWALK:  # (8 warps on small tiles allowed: the walk holds ROWS accumulator tiles)
         return (config.smem_bytes_estimate <= arch.smem_per_block_bytes - EPILOGUE_SMEM_RESERVE
                 and config.accumulator_registers >= 4
@@ -522,6 +543,13 @@ def _default_rule(config: KernelConfig) -> bool:
         # Spill-free on sm_90 (ptxas of triton 3.6: 42-153 registers for the 4-warp tiles).
         tile = (c.block_m, c.block_n, c.block_k, c.num_warps)
         return tile in GWALK_DEFAULT_TILES and c.group_m in (2, 4) and c.merge * 4 <= c.block_k
+    if c.family is Family.HALO:
+        # Square merged tiles of 16, 32 or 64 channels on one warpgroup over 64 rows, merges leaving at least 4
+        # channels per group in the tile, every walk length. H200 probe (bench/results/2026-11-28_h200_s28/,
+        # calls 3-5): 64 rows beat 128 on one or two warpgroups on every layer; the best walk was 7-8 rows on
+        # 14-wide and batch-1 layers, 14-16 on 28-wide, 28-32 on 56-wide and on C/G 56.
+        return (c.block_m == 64 and c.block_n == c.block_k and c.block_k in (16, 32, 64) and c.merge <= 8
+                and c.merge * 4 <= c.block_k)
     if c.family is Family.TMA:
         # Not in default yet (H200, dev suite of 861c2b3, every kernel of default + these tiles in one run):
         # correct everywhere, but best on 2 of 20 stride-1 problem-directions and only by 2-8 % (dense fwd
@@ -604,6 +632,8 @@ def _tiny_rule(config: KernelConfig) -> bool:
         return (c.block_m, c.block_n, c.merge, c.group_m) == (16, 16, 2, 4) and c.split_k in (1, 16)
     if c.family is Family.GWALK:  # one 4-warp and one 8-warp tile
         return (c.block_m, c.block_n, c.num_warps, c.group_m) in ((64, 32, 4, 4), (128, 32, 8, 2)) and c.merge == 2
+    if c.family is Family.HALO:
+        return (c.block_m, c.block_n, c.block_k, c.group_m, c.merge) == (64, 32, 32, 8, 4)
     if c.family is Family.DWROLL:  # plain and prefetching; the lean backward-weight tile at 128 splits
         lean = (c.block_m, c.block_n, c.block_k, c.num_warps, c.num_stages, c.split_k) == (64, 16, 3, 8, 2, 128)
         if c.direction is Direction.BACKWARD_WEIGHT and lean:

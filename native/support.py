@@ -71,8 +71,8 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
             if problem.in_channels % 8 or problem.out_channels % 8:
                 return Support(False, f"in_channels/out_channels: {problem.in_channels}/{problem.out_channels} "
                                       "not divisible by 8 (kernel needs v8 alignment)")
-        elif config.family in (Family.GMERGE, Family.GWALK):
-            # gmerge / gwalk load and store the merged channel runs (MERGE·C/G, MERGE·K/G) as wholes.
+        elif config.family in (Family.GMERGE, Family.GWALK, Family.HALO):
+            # gmerge / gwalk / halo load and store the merged channel runs (MERGE·C/G, MERGE·K/G) as wholes.
             if (config.merge * cg) % 8 or (config.merge * kg) % 8 or problem.in_channels % 8 \
                     or problem.out_channels % 8:
                 return Support(False, f"in_channels/out_channels: merged runs MERGE*C/G={config.merge * cg}, "
@@ -127,6 +127,10 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
         refusal = _gwalk_refusal(problem, config)
         if refusal:
             return Support(False, refusal)
+    if config.family is Family.HALO:
+        refusal = _halo_refusal(problem, config)
+        if refusal:
+            return Support(False, refusal)
     if config.split_k > 1 and problem.direction is not Direction.BACKWARD_WEIGHT:
         # Forward / backward-data (igemm, gmerge, gemm1x1): any reduction length (an empty split stores
         # zero partials); only the fp32 partials' size is bounded.
@@ -160,6 +164,28 @@ def _gwalk_refusal(problem: ConvProblem, config: KernelConfig) -> str:
                 f"stride {list(problem.stride)}, dilation {list(problem.dilation)}")
     if problem.direction is Direction.BACKWARD_WEIGHT:
         return _gwalk_weight_refusal(problem, config)
+    reduction, columns = problem.c_per_group, problem.k_per_group
+    if problem.direction is Direction.BACKWARD_DATA:
+        reduction, columns = columns, reduction
+    if config.merge * reduction > config.block_k or config.merge * columns > config.block_n:
+        names = ("K/G", "C/G") if problem.direction is Direction.BACKWARD_DATA else ("C/G", "K/G")
+        return (f"in_channels/out_channels: MERGE*{names[0]}={config.merge * reduction} and MERGE*{names[1]}="
+                f"{config.merge * columns} must fit the kernel's block_k={config.block_k} and "
+                f"block_n={config.block_n}")
+    return ""
+
+
+def _halo_refusal(problem: ConvProblem, config: KernelConfig) -> str:
+    """Why a ``halo`` kernel cannot run the problem ('' when it can): a 3×3 filter, stride 1 and dilation 1
+    (compiled into the walk), whole merged group blocks within the config's channel tiles (the 8-divisible
+    channel runs are checked above), 32-bit offsets (refused above for i32 configs)."""
+    if tuple(problem.filter_size) != (3, 3):
+        return f"filter_size: halo kernels run 3x3 filters, got {list(problem.filter_size)}"
+    if any(s != 1 for s in problem.stride) or any(d != 1 for d in problem.dilation):
+        return (f"stride/dilation: halo kernels need stride 1 and dilation 1, got stride {list(problem.stride)}, "
+                f"dilation {list(problem.dilation)}")
+    if problem.groups % config.merge:
+        return f"groups: halo merges {config.merge} groups per program, problem has {problem.groups}"
     reduction, columns = problem.c_per_group, problem.k_per_group
     if problem.direction is Direction.BACKWARD_DATA:
         reduction, columns = columns, reduction

@@ -15,7 +15,7 @@ from tiledispatch.native.rules import rule_set_configs
 
 # The grammar, written out independently of configs._NAME_RE.
 GRAMMAR = re.compile(
-    r"gconv_(fwd|bwd_data|bwd_weight)_(bf16|fp16|fp32)_([23])d_(igemm|gmerge|gemm1x1|direct|tma|dwroll|gwalk|dwrow|dwrun)"
+    r"gconv_(fwd|bwd_data|bwd_weight)_(bf16|fp16|fp32)_([23])d_(igemm|gmerge|gemm1x1|direct|tma|dwroll|gwalk|dwrow|dwrun|halo)"
     r"_([1-9][0-9]*)x([1-9][0-9]*)x([1-9][0-9]*)_w([1-9][0-9]*)_s([1-9][0-9]*)_gm([1-9][0-9]*)"
     r"_sk([1-9][0-9]*)_mg([1-9][0-9]*)_v(1|2|4|8)_i(32|64)"
 )

@@ -69,6 +69,13 @@ def hard_rule_violation(config: KernelConfig, arch: str) -> str | None:
         if not 1 <= per_thread <= MAX_DIRECT_ELEMENTS_PER_THREAD:
             return f"direct per-thread elements {per_thread}"
         return None
+    if config.family is Family.HALO:  # a ring of 3 column shifts x 4 input rows, nine taps, the store's scratch
+        smem = (12 * config.block_m * config.block_k + 9 * config.block_k * config.block_n
+                + config.block_m * config.block_n) * config.dtype.itemsize
+        acc = config.block_m * config.block_n // (32 * config.num_warps)
+        if smem > spec.smem_per_block_bytes - EPILOGUE_SMEM_RESERVE:
+            return f"halo smem {smem}"
+        return None if acc <= MAX_ACCUMULATOR_REGISTERS else f"halo accumulators {acc}"
     smem = config.num_stages * (config.block_m + config.block_n) * config.block_k * config.dtype.itemsize
     if smem > spec.smem_per_block_bytes - EPILOGUE_SMEM_RESERVE:
         return f"smem {smem} > {spec.smem_per_block_bytes} - {EPILOGUE_SMEM_RESERVE}"
@@ -123,7 +130,10 @@ def test_every_config_respects_hard_rules(key):
         assert not bad, bad[:5]
         # the properties used by the rules agree with the restatement
         for c in configs[:: max(1, len(configs) // 500)]:
-            if c.family.uses_tensor_cores:
+            if c.family is Family.HALO:
+                assert c.smem_bytes_estimate == (12 * c.block_m * c.block_k + 9 * c.block_k * c.block_n
+                                                 + c.block_m * c.block_n) * c.dtype.itemsize
+            elif c.family.uses_tensor_cores:
                 assert c.smem_bytes_estimate == c.num_stages * (c.block_m + c.block_n) * c.block_k * c.dtype.itemsize
                 assert c.smem_bytes_estimate <= get_arch("sm_90").smem_per_block_bytes - EPILOGUE_SMEM_RESERVE
                 assert c.accumulator_registers <= MAX_ACCUMULATOR_REGISTERS

@@ -276,6 +276,9 @@ DWROLL_GPU_TILES = {
 }
 #: gwalk GPU-test tiles ((block_m, block_n, block_k, warps), rows, merge): default's tiles (spill-free on sm_90),
 #: at 1, 2 and 4 rows, merging 1-4 groups.
+#: halo GPU-test tiles ((block_m, block_n, block_k), rows walked, merge): default's three channel tiles, short and
+#: long walks, and a 128-row tile (two streams of 64 columns, or four of 32).
+HALO_GPU_TILES = (((64, 32, 32), 8, 4), ((64, 16, 16), 4, 2), ((64, 64, 64), 16, 1), ((128, 32, 32), 4, 2))
 GWALK_GPU_TILES = (((64, 32, 32, 4), 4, 4), ((128, 32, 32, 8), 2, 1), ((64, 16, 16, 4), 1, 2),
                    ((128, 16, 16, 4), 4, 1))
 #: gwalk backward-weight GPU-test tiles ((block_m, block_n, block_k, warps), rows, merge, split_k): default's three
@@ -351,6 +354,11 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
             elif ndim == 2 and dtype is not DType.FP32:
                 out += [KernelConfig(direction, dtype, ndim, family, *tile, 1, rows, 1, merge, 8)
                         for tile, rows, merge in GWALK_GPU_TILES]
+            continue
+        if family is Family.HALO:  # 2D bf16/fp16 forward / backward-data (Gluon: GPU only)
+            if ndim == 2 and dtype is not DType.FP32:
+                out += [KernelConfig(direction, dtype, ndim, family, *tile, 4, 1, rows, 1, merge, 8)
+                        for tile, rows, merge in HALO_GPU_TILES]
             continue
         if family is Family.TMA:  # aligned only; bf16/fp16
             if dtype is not DType.FP32:

@@ -297,6 +297,33 @@ def test_random_grouped_walks(registry, direction, dtype, seed):
     assert not _check(problem, registry, configs), problem.key
 
 
+def _random_halo_problem(rng: random.Random, direction: Direction, dtype: DType) -> ConvProblem:
+    """A 3x3 stride-1 grouped problem whose merged channel runs are multiples of 8: widths from 3 (many streams
+    a tile) to 70 (two column blocks of a 64-row tile), heights not multiples of the walk, every pad."""
+    cg, kg = rng.choice([(8, 8), (16, 16), (8, 16), (4, 4), (24, 8), (32, 32)])
+    groups = rng.choice([2, 4, 8])
+    size = (rng.randint(3, 30), rng.choice([rng.randint(3, 30), rng.randint(60, 70)]))
+    return ConvProblem(direction=direction, dtype=dtype, batch=rng.randint(1, 5), groups=groups,
+                       in_channels=groups * cg, out_channels=groups * kg, input_size=size, filter_size=(3, 3),
+                       stride=(1, 1), dilation=(1, 1), pad_begin=(rng.randint(0, 2), rng.randint(0, 2)),
+                       pad_end=(rng.randint(0, 2), rng.randint(0, 2)))
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.value)
+@pytest.mark.parametrize("direction", (Direction.FORWARD, Direction.BACKWARD_DATA), ids=lambda d: d.value)
+def test_random_halo_walks(registry, direction, dtype, seed):
+    rng = random.Random(f"halo-{direction}-{dtype}-{seed}-{random.random()}")
+    for _ in range(50):  # (a problem some halo test tile supports: merged runs of 8 channels)
+        problem = _random_halo_problem(rng, direction, dtype)
+        configs = [c for c in registry.configs if c.family is Family.HALO and c.direction is direction
+                   and c.dtype is dtype and is_supported(problem, c)]
+        if configs:
+            break
+    assert configs, f"no halo kernel supports {problem.key}"
+    assert not _check(problem, registry, configs), problem.key
+
+
 #: Split-K forward / backward-data problems (label -> ConvProblem fields): small GEMM M (batch 1), what
 #: split-K is for — the dense 14x14 3x3 layer of the H200 dev suite (M = 196: 32 CTAs unsplit), a 7x7 one,
 #: 1x1 (gemm1x1) — and odd ones: channels not multiples of 8 (the v1 kernels), strides 2 (backward-data's

@@ -48,7 +48,7 @@ BEFORE = [
 
 def test_family_codes_keep_their_meaning_and_dwroll_is_5():
     assert analytic.FAMILY_CODES == {"igemm": 0, "gmerge": 1, "gemm1x1": 2, "direct": 3, "tma": 4, "dwroll": 5,
-                                     "gwalk": 6, "dwrow": 7, "dwrun": 8}
+                                     "gwalk": 6, "dwrow": 7, "dwrun": 8, "halo": 9}
     assert {f.value for f in Family} <= set(analytic.FAMILY_CODES)
     assert analytic.VERSION == "1"
 

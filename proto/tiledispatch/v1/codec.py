@@ -28,7 +28,7 @@ DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32
 FAMILY_TO_PROTO = {"igemm": pb.FAMILY_IGEMM, "gmerge": pb.FAMILY_GMERGE, "gemm1x1": pb.FAMILY_GEMM1X1,
                    "direct": pb.FAMILY_DIRECT, "tma": pb.FAMILY_TMA, "dwroll": pb.FAMILY_DWROLL,
                    "gwalk": pb.FAMILY_GWALK, "dwrow": pb.FAMILY_DWROW,
-                   "dwrun": pb.FAMILY_DWRUN}
+                   "dwrun": pb.FAMILY_DWRUN, "halo": pb.FAMILY_HALO}
 FAMILY_FROM_PROTO = {value: key for key, value in FAMILY_TO_PROTO.items()}
 
 SOURCE_NAMES = {pb.SELECTION_SOURCE_TUNING_DB: "tuning_db", pb.SELECTION_SOURCE_MODEL: "model",

@@ -38,6 +38,7 @@ class Family(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FAMILY_GWALK: _ClassVar[Family]
     FAMILY_DWROW: _ClassVar[Family]
     FAMILY_DWRUN: _ClassVar[Family]
+    FAMILY_HALO: _ClassVar[Family]
 
 class SelectionPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -95,6 +96,7 @@ FAMILY_DWROLL: Family
 FAMILY_GWALK: Family
 FAMILY_DWROW: Family
 FAMILY_DWRUN: Family
+FAMILY_HALO: Family
 SELECTION_POLICY_UNSPECIFIED: SelectionPolicy
 SELECTION_POLICY_DEFAULT: SelectionPolicy
 SELECTION_POLICY_TUNING_DB_ONLY: SelectionPolicy

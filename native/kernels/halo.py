@@ -1,0 +1,288 @@
+"""Grouped 3×3 stride-1 convolution on tensor cores from shared-memory input rows (halo): forward and
+backward-data, 2D, bf16/fp16. A Gluon kernel (explicit shared memory, ``cp.async``, wgmma).
+
+GEMM mapping, per program: rows ``m`` (GEMM M = ``BLOCK_M``): ``STREAMS = BLOCK_M / WP`` images × ``WP``
+padded columns (``WP`` = the power of two ≥ ``out_w + 2``, at most ``BLOCK_M``; a stream's last two columns,
+and columns past ``out_w``, are computed and dropped); columns ``j`` (GEMM N = ``BLOCK_N`` ≥ MERGE·K/G): the
+output channels of a block of ``MERGE`` groups; reduction per filter tap: the block's MERGE·C/G input
+channels (``BLOCK_K`` ≥ that, zero padded), multiplied by a block-diagonal tap matrix built once per program
+in shared memory, ``B_tap[r, j] = W[k0 + j, tap, r mod C/G]`` where ``r`` and ``j`` belong to the same group.
+
+A program owns ``ROWS`` (= the config's ``group_m``) consecutive output rows of its streams. For each output
+row ``j`` it copies (``cp.async``, zero fill outside the image) the one new input row its window needs, once
+per column shift ``s`` = 0, 1, 2, into slot ``(row mod 4)`` of a ring of ``[BLOCK_M, BLOCK_K]`` tiles, and
+runs the nine taps as wgmma with both operands in shared memory::
+
+    Y[stream, oh0 + j, ow, k0 + n] = Σ_{fr, s} ring[s][(j + fr) mod 4] · B[fr·3 + s]
+
+— per tap no address, mask or register traffic: every input row is read from global memory three times
+(once per column shift) instead of nine (once per tap), and every per-row address is a per-program vector
+plus one scalar. The next row's copies are in flight during the current row's wgmma chain, and the store of
+row ``j − 1`` runs under row ``j``'s.
+
+Backward-data (stride 1) is the same walk over dY into dX: reduction over the block's MERGE·K/G output
+channels, columns its MERGE·C/G input channels, tap ``t`` reading the forward's tap ``8 − t`` transposed
+(``B_t[r, j] = W[c0 + r, 8 − t, j mod C/G]``), pads ``2 − pad_begin``.
+
+Why (H200, ``bench/results/2026-11-28_h200_s28/``, probe calls 3–5): on the dev suite's grouped 3×3 layers
+with C/G 4–56 the registry's gmerge / gwalk kernels spend their issue slots on per-row addresses and masks
+(session 16's SASS: 173 instructions per reduction step for 4 HGMMA); this kernel was 1.28–1.41× the
+registry's best forward and 1.32–1.68× its best backward-data on those layers. It loses where the ring's
+prologue dominates (7×7 images) and is for 3×3, stride 1, dilation 1 only (compiled in).
+
+Gluon kernels do not run under Triton's CPU interpreter: CI compiles them for sm_90 (the ``tiny`` rule set)
+and checks the walk's index arithmetic by :func:`emulate` (NumPy, the same ring, streams, shifts and
+block-diagonal taps) against the float64 reference; the GPU tests run the kernels.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
+
+from tiledispatch.native.configs import Family, KernelConfig
+from tiledispatch.native.kernels.base import Launch, Program, cdiv, pointer_type
+from tiledispatch.native.problem import ConvProblem, Direction
+
+#: The ring of input-row slots: the three rows a 3-row filter reads plus the one in flight.
+RING = 4
+
+_SIZE_PARAMS = ("BATCH", "H", "W", "C_TOTAL", "K_TOTAL", "OH", "OW", "PAD_H", "PAD_W", "RG", "OG", "WP",
+                "ROW_CHUNKS", "COL_BLOCKS")
+
+
+@gluon.jit
+def _issue_row(ring, x_ptr, pixel_base, image_ok, iw, chan_ok, q, ih0, H, W, C_TOTAL, ROW_LIMIT):
+    """cp.async input row ``ih0 + q`` of every stream, once per column shift, into ring slot ``q mod 4``
+    (zeros where the row, column or channel is outside the tensor, or the row is past the chunk's window)."""
+    ih = ih0 + q
+    row_ok = (ih >= 0) & (ih < H) & (q < ROW_LIMIT)
+    row_offset = ih.to(gl.int64) * W * C_TOTAL
+    for shift in gl.static_range(3):
+        col_ok = image_ok & (iw + shift >= 0) & (iw + shift < W)
+        async_copy.async_copy_global_to_shared(ring.index(shift * 4 + q % 4),
+                                               x_ptr + (pixel_base + shift * C_TOTAL + row_offset),
+                                               col_ok[:, None] & chan_ok & row_ok)
+
+
+@gluon.jit
+def _halo_kernel(
+    x_ptr, w_ptr, y_ptr,
+    BATCH, H, W, C_TOTAL, K_TOTAL, OH, OW, PAD_H, PAD_W, RG, OG, WP, ROW_CHUNKS, COL_BLOCKS,
+    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, MERGE: gl.constexpr,
+    ROWS: gl.constexpr, BACKWARD_DATA: gl.constexpr, num_warps: gl.constexpr,
+):
+    """X: the walked tensor (forward X, backward-data dY) [BATCH, H, W, C_TOTAL]; Y: the written one
+    [BATCH, OH, OW, K_TOTAL]; RG / OG: its reduction / output channels per group; W: GKYXC."""
+    # Multiples of 8 (the support check guarantees it), written so that the compiler can prove every channel
+    # run 16-byte aligned for the cp.async copies and the stores.
+    C_TOTAL = (C_TOTAL // 8) * 8
+    K_TOTAL = (K_TOTAL // 8) * 8
+    BLOCK_RG = (MERGE * RG // 8) * 8
+    BLOCK_OG = (MERGE * OG // 8) * 8
+    dtype: gl.constexpr = x_ptr.dtype.element_ty
+
+    pid = gl.program_id(0)
+    col_block = pid % COL_BLOCKS
+    rest = pid // COL_BLOCKS
+    row_chunk = rest % ROW_CHUNKS
+    image0 = (rest // ROW_CHUNKS) * (BLOCK_M // WP)
+    oh0 = row_chunk * ROWS
+    ow0 = col_block * (WP - 2)
+    c0 = gl.program_id(1) * BLOCK_RG
+    k0 = gl.program_id(1) * BLOCK_OG
+
+    # Row m of every A tile: stream m // WP (image image0 + m // WP), padded column m % WP.
+    load_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (BLOCK_K // 8), BLOCK_K // 8], [num_warps, 1],
+                                                 [1, 0])
+    m_in = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, load_layout))
+    chans = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, load_layout))
+    image_in = image0 + m_in // WP
+    iw = ow0 - PAD_W + m_in % WP
+    pixel_base = ((image_in.to(gl.int64) * H * W + iw) * C_TOTAL)[:, None] + (c0 + chans)[None, :]
+    chan_ok = (chans < BLOCK_RG)[None, :]
+    image_ok = image_in < BATCH
+    ih0 = oh0 - PAD_H
+    row_limit = ROWS + 2
+
+    # Input rows: 3 column shifts x RING slots, each a [BLOCK_M, BLOCK_K] wgmma A operand.
+    a_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_K], dtype)
+    ring = gl.allocate_shared_memory(dtype, [3 * 4, BLOCK_M, BLOCK_K], a_layout)
+    for q in gl.static_range(3):
+        _issue_row(ring, x_ptr, pixel_base, image_ok, iw, chan_ok, q, ih0, H, W, C_TOTAL, row_limit)
+    async_copy.commit_group()
+
+    # The nine tap matrices, block diagonal over the merged groups, zero padded to BLOCK_K x BLOCK_N.
+    b_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_K, BLOCK_N], dtype)
+    taps = gl.allocate_shared_memory(dtype, [9, BLOCK_K, BLOCK_N], b_layout)
+    w_layout: gl.constexpr = gl.BlockedLayout([1, 1], [4, 8], [num_warps, 1], [1, 0])
+    red = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(1, w_layout))
+    col = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, w_layout))
+    w_ok = (((red // RG)[:, None] == (col // OG)[None, :]) & (red < BLOCK_RG)[:, None]
+            & (col < BLOCK_OG)[None, :])
+    if BACKWARD_DATA:
+        w_offsets = (c0 + red)[:, None] * (9 * OG) + (col % OG)[None, :]
+        for tap in gl.static_range(9):
+            taps.index(tap).store(gl.load(w_ptr + w_offsets + (8 - tap) * OG, mask=w_ok, other=0.0))
+    else:
+        w_offsets = (k0 + col)[None, :] * (9 * RG) + (red % RG)[:, None]
+        for tap in gl.static_range(9):
+            taps.index(tap).store(gl.load(w_ptr + w_offsets + tap * RG, mask=w_ok, other=0.0))
+
+    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                          instr_shape=[16, BLOCK_N, 16])
+    out_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (BLOCK_N // 8), BLOCK_N // 8], [num_warps, 1],
+                                                [1, 0])
+    m_out = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, out_layout))
+    n_out = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, out_layout))
+    image_out = image0 + m_out // WP
+    ow = ow0 + m_out % WP
+    out_base = ((image_out.to(gl.int64) * OH * OW + ow) * K_TOTAL)[:, None] + (k0 + n_out)[None, :]
+    out_ok = ((image_out < BATCH) & (m_out % WP < WP - 2) & (ow < OW))[:, None] & (n_out < BLOCK_OG)[None, :]
+
+    previous = gl.zeros([BLOCK_M, BLOCK_N], dtype, layout=out_layout)
+    for j in range(ROWS):
+        # Prefetch the row step j + 1 adds to its window; its slot held the row step j - 1 finished with.
+        _issue_row(ring, x_ptr, pixel_base, image_ok, iw, chan_ok, j + 3, ih0, H, W, C_TOTAL, row_limit)
+        async_copy.commit_group()
+        async_copy.wait_group(1)
+        gl.thread_barrier()
+        fence_async_shared()
+        acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=mma_layout)
+        for tap in gl.static_range(9):
+            acc = warpgroup_mma(ring.index((tap % 3) * 4 + (j + tap // 3) % 4), taps.index(tap), acc,
+                                is_async=True)
+        # Row j - 1's result goes out while row j's wgmma chain runs.
+        oh_prev = oh0 + j - 1
+        gl.store(y_ptr + (out_base + oh_prev.to(gl.int64) * OW * K_TOTAL), previous,
+                 mask=out_ok & (oh_prev < OH) & (j > 0))
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        previous = gl.convert_layout(acc.to(dtype), out_layout)
+    oh_last = oh0 + ROWS - 1
+    gl.store(y_ptr + (out_base + oh_last.to(gl.int64) * OW * K_TOTAL), previous, mask=out_ok & (oh_last < OH))
+    async_copy.wait_group(0)
+
+
+def padded_width(out_w: int, block_m: int) -> int:
+    """Columns a stream occupies: the power of two ≥ ``out_w + 2``, at most ``block_m``."""
+    width = 4
+    while width < out_w + 2 and width < block_m:
+        width *= 2
+    return width
+
+
+def halo_geometry(problem: ConvProblem, config: KernelConfig) -> dict[str, Any]:
+    """Sizes of the walk: the walked and written tensors' sizes and channels, reduction / output channels per
+    group, pads, the padded width, the grid."""
+    backward = problem.direction is Direction.BACKWARD_DATA
+    cg, kg = problem.c_per_group, problem.k_per_group
+    src, dst = (problem.output_size, problem.input_size) if backward else (problem.input_size, problem.output_size)
+    pads = tuple(2 - p for p in problem.pad_begin) if backward else tuple(problem.pad_begin)
+    wp = padded_width(dst[1], config.block_m)
+    row_chunks, col_blocks = cdiv(dst[0], config.group_m), cdiv(dst[1], wp - 2)
+    grid = (cdiv(problem.batch, config.block_m // wp) * row_chunks * col_blocks, problem.groups // config.merge, 1)
+    return {"src_c": problem.out_channels if backward else problem.in_channels,
+            "dst_c": problem.in_channels if backward else problem.out_channels,
+            "rg": kg if backward else cg, "og": cg if backward else kg,
+            "src_h": src[0], "src_w": src[1], "dst_h": dst[0], "dst_w": dst[1], "pad_h": pads[0], "pad_w": pads[1],
+            "wp": wp, "row_chunks": row_chunks, "col_blocks": col_blocks, "grid": grid}
+
+
+def shared_bytes(config: KernelConfig) -> int:
+    """The ring, the nine tap matrices and the epilogue's layout-conversion scratch."""
+    itemsize = config.dtype.itemsize
+    return itemsize * (3 * RING * config.block_m * config.block_k + 9 * config.block_k * config.block_n
+                       + config.block_m * config.block_n)
+
+
+class HaloConvolution:
+    """The halo template of one data direction (forward: X, W → Y; backward-data: dY, W → dX)."""
+
+    families = frozenset({Family.HALO})
+
+    def __init__(self, direction: Direction):
+        if direction is Direction.BACKWARD_WEIGHT:
+            raise ValueError("direction: the halo template runs fwd and bwd_data")
+        self.direction = direction
+
+    def programs(self, config: KernelConfig) -> dict[str, Program]:
+        ptr = pointer_type(config.dtype)
+        main = Program(_halo_kernel,
+                       {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k,
+                        "MERGE": config.merge, "ROWS": config.group_m,
+                        "BACKWARD_DATA": self.direction is Direction.BACKWARD_DATA,
+                        "num_warps": config.num_warps},
+                       {"x_ptr": ptr, "w_ptr": ptr, "y_ptr": ptr, **{name: "i32" for name in _SIZE_PARAMS}},
+                       config.num_warps, 1)
+        return {"main": main}
+
+    def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
+        return 0
+
+    def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
+        geo = halo_geometry(problem, config)
+        sizes = (problem.batch, geo["src_h"], geo["src_w"], geo["src_c"], geo["dst_c"], geo["dst_h"], geo["dst_w"],
+                 geo["pad_h"], geo["pad_w"], geo["rg"], geo["og"], geo["wp"], geo["row_chunks"], geo["col_blocks"])
+        return [Launch("main", geo["grid"], (first, second, out, *sizes))]
+
+
+def emulate(problem: ConvProblem, config: KernelConfig, first: Any, weight: Any) -> Any:
+    """The kernel's walk in NumPy (float64): the same programs, streams, padded columns, ring slots, column
+    shifts and block-diagonal taps, so CI checks its index arithmetic without a GPU. ``first``: X (forward) or
+    dY (backward-data) in NHWGC; ``weight``: GKYXC. Returns the written tensor (Y or dX) as [N, H, W, G·C]."""
+    import numpy as np
+
+    geo = halo_geometry(problem, config)
+    x = np.asarray(first, dtype=np.float64).reshape(problem.batch, geo["src_h"], geo["src_w"], geo["src_c"])
+    w = np.asarray(weight, dtype=np.float64).reshape(-1, 9, problem.c_per_group)
+    backward = problem.direction is Direction.BACKWARD_DATA
+    rg, og, wp, rows = geo["rg"], geo["og"], geo["wp"], config.group_m
+    block_rg, block_og = config.merge * rg, config.merge * og
+    y = np.full((problem.batch, geo["dst_h"], geo["dst_w"], geo["dst_c"]), np.nan)
+    m = np.arange(config.block_m)
+    red = np.arange(config.block_k)
+    col = np.arange(config.block_n)
+    same_group = ((red // rg)[:, None] == (col // og)[None, :]) & (red < block_rg)[:, None] & (col < block_og)[None, :]
+    for pid in range(geo["grid"][0]):
+        col_block, rest = pid % geo["col_blocks"], pid // geo["col_blocks"]
+        row_chunk, image0 = rest % geo["row_chunks"], (rest // geo["row_chunks"]) * (config.block_m // wp)
+        oh0, ow0 = row_chunk * rows, col_block * (wp - 2)
+        image, iw = image0 + m // wp, ow0 - geo["pad_w"] + m % wp
+        for block in range(geo["grid"][1]):
+            c0, k0 = block * block_rg, block * block_og
+            taps = np.zeros((9, config.block_k, config.block_n))
+            for tap in range(9):
+                if backward:
+                    values = w[np.clip(c0 + red, 0, len(w) - 1)][:, 8 - tap][:, col % og]
+                else:
+                    values = w[np.clip(k0 + col, 0, len(w) - 1)][:, tap][:, red % rg].T
+                taps[tap] = np.where(same_group, values, 0.0)
+            ring = np.zeros((3, 4, config.block_m, config.block_k))
+
+            def issue(q, ring=ring, image=image, iw=iw, oh0=oh0, c0=c0):
+                ih = oh0 - geo["pad_h"] + q
+                for shift in range(3):
+                    tile = np.zeros((config.block_m, config.block_k))
+                    if 0 <= ih < geo["src_h"] and q < rows + 2:
+                        ok = (image < problem.batch) & (iw + shift >= 0) & (iw + shift < geo["src_w"])
+                        chans = red < block_rg
+                        rows_ok = np.flatnonzero(ok)
+                        tile[np.ix_(rows_ok, np.flatnonzero(chans))] = x[image[rows_ok], ih][
+                            np.arange(len(rows_ok)), iw[rows_ok] + shift][:, c0 + red[chans]]
+                    ring[shift, q % 4] = tile
+            for q in range(3):
+                issue(q)
+            for j in range(rows):
+                issue(j + 3)
+                acc = sum(ring[tap % 3, (j + tap // 3) % 4] @ taps[tap] for tap in range(9))
+                oh = oh0 + j
+                ow = ow0 + m % wp
+                keep = (image < problem.batch) & (m % wp < wp - 2) & (ow < geo["dst_w"])
+                if oh < geo["dst_h"]:
+                    for row in np.flatnonzero(keep):
+                        y[image[row], oh, ow[row], k0:k0 + block_og] = acc[row, :block_og]
+    return y

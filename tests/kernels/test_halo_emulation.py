@@ -1,0 +1,99 @@
+"""The halo walk's index arithmetic on the CPU: Gluon kernels do not run under Triton's interpreter, so
+``halo.emulate`` replays the kernel's programs (streams, padded columns, the ring of input rows, column shifts,
+block-diagonal taps, walked rows) in float64 and must reproduce the reference exactly — every output written
+(the emulation starts from NaN), every tap and group in place. The GPU tests run the kernels themselves; the
+``tiny`` registry build compiles them for sm_90 in CI."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from tiledispatch.native import reference
+from tiledispatch.native.configs import Family, KernelConfig
+from tiledispatch.native.problem import ConvProblem, Direction, DType
+from tiledispatch.native.support import is_supported
+
+pytest.importorskip("triton")
+
+from tiledispatch.native.kernels import halo  # noqa: E402  (imports Gluon)
+
+DIRECTIONS = (Direction.FORWARD, Direction.BACKWARD_DATA)
+
+
+def _config(direction: Direction, block_m: int, block: int, rows: int, merge: int) -> KernelConfig:
+    return KernelConfig(direction, DType.BF16, 2, Family.HALO, block_m, block, block, 4, 1, rows, 1, merge, 8)
+
+
+def _problem(direction: Direction, batch: int, groups: int, cg: int, kg: int, size: tuple[int, int],
+             pad_begin: tuple[int, int], pad_end: tuple[int, int]) -> ConvProblem:
+    return ConvProblem(direction=direction, dtype=DType.BF16, batch=batch, groups=groups, in_channels=groups * cg,
+                       out_channels=groups * kg, input_size=size, filter_size=(3, 3), stride=(1, 1),
+                       dilation=(1, 1), pad_begin=pad_begin, pad_end=pad_end)
+
+
+def _check(problem: ConvProblem, config: KernelConfig) -> None:
+    assert is_supported(problem, config), is_supported(problem, config).reason
+    rng = np.random.default_rng(random.randrange(2**32))  # fresh inputs every run
+    first = rng.standard_normal(problem.operand_shapes[0])
+    weight = rng.standard_normal(problem.weight_shape)
+    got = halo.emulate(problem, config, first, weight)
+    expected = reference.run_reference(problem, first, weight).reshape(got.shape)
+    assert not np.isnan(got).any(), f"{config.name}: outputs never written on {problem.key}"
+    error = reference.relative_error(got, expected)
+    assert error < 1e-12, f"{config.name} on {problem.key}: relative error {error:.3g}"
+
+
+# (label, batch, groups, C/G, K/G, size, pad_begin, pad_end, config (block_m, block, rows, merge))
+CASES = [
+    # ResNeXt-like: 4 groups of 8 merged, one stream of 32 columns per 64 rows x 2, walk shorter than the height
+    ("merged_c8", 3, 8, 8, 8, (9, 11), (1, 1), (1, 1), (64, 32, 4, 4)),
+    # wide rows: two column blocks of a 64-row tile (62 + 8 columns), one stream
+    ("two_column_blocks", 1, 2, 8, 8, (5, 70), (1, 1), (1, 1), (64, 16, 4, 2)),
+    # narrow images: 8-column streams, 8 of them a tile, batch not a multiple
+    ("many_streams", 5, 4, 4, 4, (6, 3), (2, 0), (0, 2), (64, 16, 8, 4)),
+    # asymmetric pads and unequal group widths (K/G = 2 C/G), the walk longer than the image
+    ("asymmetric", 2, 2, 8, 16, (7, 13), (0, 2), (2, 1), (64, 32, 16, 1)),
+    # a 128-row tile, a merged block with padding (2 x 8 in a 32 tile), no padding at all
+    ("padded_block_valid", 2, 4, 8, 8, (10, 9), (0, 0), (0, 0), (128, 32, 4, 2)),
+    # one group wide: C/G 24 in a 32 tile
+    ("wide_group", 1, 3, 24, 24, (4, 6), (1, 1), (1, 1), (64, 32, 8, 1)),
+]
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS, ids=lambda d: d.value)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
+def test_walk_matches_reference(case, direction):
+    _, batch, groups, cg, kg, size, pad_begin, pad_end, (block_m, block, rows, merge) = case
+    problem = _problem(direction, batch, groups, cg, kg, size, pad_begin, pad_end)
+    _check(problem, _config(direction, block_m, block, rows, merge))
+
+
+def test_padded_width_fits_the_row_and_the_tile():
+    assert halo.padded_width(28, 64) == 32 and halo.padded_width(56, 64) == 64 and halo.padded_width(14, 64) == 16
+    assert halo.padded_width(7, 64) == 16 and halo.padded_width(3, 64) == 8
+    assert halo.padded_width(70, 64) == 64 and halo.padded_width(70, 128) == 128  # wider: column blocks
+
+
+@pytest.mark.parametrize("key, reason", [
+    ("fwd|bf16|2d|n2|g4|c32|k32|in9x9|f3x3|s2x2|d1x1|pb1x1|pe1x1", "stride/dilation"),
+    ("fwd|bf16|2d|n2|g4|c32|k32|in9x9|f3x3|s1x1|d2x2|pb2x2|pe2x2", "stride/dilation"),
+    ("fwd|bf16|2d|n2|g4|c32|k32|in9x9|f5x5|s1x1|d1x1|pb2x2|pe2x2", "filter_size"),
+    ("fwd|bf16|2d|n2|g2|c32|k32|in9x9|f3x3|s1x1|d1x1|pb1x1|pe1x1", "groups"),
+    ("fwd|bf16|2d|n2|g4|c128|k128|in9x9|f3x3|s1x1|d1x1|pb1x1|pe1x1", "in_channels/out_channels"),
+    ("fwd|bf16|2d|n2|g8|c24|k24|in9x9|f3x3|s1x1|d1x1|pb1x1|pe1x1", "in_channels/out_channels"),
+])
+def test_support_names_the_field(key, reason):
+    config = _config(Direction.FORWARD, 64, 32, 8, 4)
+    support = is_supported(ConvProblem.from_key(key), config)
+    assert not support and support.reason.startswith(reason), support.reason
+
+
+def test_geometry_grid_covers_every_output():
+    problem = _problem(Direction.FORWARD, 5, 8, 8, 8, (28, 28), (1, 1), (1, 1))
+    geo = halo.halo_geometry(problem, _config(Direction.FORWARD, 64, 32, 16, 4))
+    # 32-column streams, two a tile: 3 image pairs x 2 row chunks x 1 column block; 2 group blocks
+    assert (geo["wp"], geo["row_chunks"], geo["col_blocks"]) == (32, 2, 1)
+    assert geo["grid"] == (3 * 2 * 1, 2, 1)
