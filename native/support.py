@@ -164,15 +164,7 @@ def _gwalk_refusal(problem: ConvProblem, config: KernelConfig) -> str:
                 f"stride {list(problem.stride)}, dilation {list(problem.dilation)}")
     if problem.direction is Direction.BACKWARD_WEIGHT:
         return _gwalk_weight_refusal(problem, config)
-    reduction, columns = problem.c_per_group, problem.k_per_group
-    if problem.direction is Direction.BACKWARD_DATA:
-        reduction, columns = columns, reduction
-    if config.merge * reduction > config.block_k or config.merge * columns > config.block_n:
-        names = ("K/G", "C/G") if problem.direction is Direction.BACKWARD_DATA else ("C/G", "K/G")
-        return (f"in_channels/out_channels: MERGE*{names[0]}={config.merge * reduction} and MERGE*{names[1]}="
-                f"{config.merge * columns} must fit the kernel's block_k={config.block_k} and "
-                f"block_n={config.block_n}")
-    return ""
+    return _merged_tile_refusal(problem, config)
 
 
 def _halo_refusal(problem: ConvProblem, config: KernelConfig) -> str:
@@ -186,6 +178,12 @@ def _halo_refusal(problem: ConvProblem, config: KernelConfig) -> str:
                 f"dilation {list(problem.dilation)}")
     if problem.groups % config.merge:
         return f"groups: halo merges {config.merge} groups per program, problem has {problem.groups}"
+    return _merged_tile_refusal(problem, config)
+
+
+def _merged_tile_refusal(problem: ConvProblem, config: KernelConfig) -> str:
+    """Forward / backward-data walks (gwalk, halo): a merged block's reduction channels within block_k and its
+    output channels within block_n ('' when they fit)."""
     reduction, columns = problem.c_per_group, problem.k_per_group
     if problem.direction is Direction.BACKWARD_DATA:
         reduction, columns = columns, reduction
