@@ -16,7 +16,7 @@ def _bars(monkeypatch, times: list[tuple[float, float]]) -> list[float]:
     configs = [c for c in rule_set_configs("tiny") if c.direction.value == "fwd"][:len(times)]
     bars: list[float] = []
 
-    def fake_measure(setup, config, loader, ceilings, settings, best_us=float("inf")):
+    def fake_measure(setup, config, loader, ceilings, settings, best_us=float("inf"), best_device_us=float("inf")):
         bars.append(best_us)
         graph, event = times[len(bars) - 1]
         return {"kernel": config.name, "status": "ok", "graph_us": graph, "event_median_us": event}
@@ -57,3 +57,45 @@ def test_prune_reference_is_the_event_median_where_the_device_dominates():
     assert bench.prune_reference_us({"graph_us": 14.0, "event_median_us": 21.0}) == 21.0
     assert bench.prune_reference_us({"graph_us": 10.5, "event_median_us": 21.0}) == 21.0  # half: still the device's
     assert bench.prune_reference_us({"graph_us": 4.0, "event_median_us": 21.0}) == float("inf")
+
+
+def _measured(monkeypatch, event_estimate: float, device_estimate: float, best_us: float, best_device_us: float):
+    """measure_kernel on a faked kernel (correct, 3-call event estimate, one-replay device estimate, full timing
+    26.5 µs) with the given bars; returns the row and whether the device estimate was asked for."""
+    from types import SimpleNamespace
+
+    from tiledispatch.native import launch
+
+    torch = pytest.importorskip("torch")
+    asked = []
+    monkeypatch.setattr(launch, "run", lambda *args, **kwargs: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(bench, "_quick_us", lambda call, sets: event_estimate)
+    monkeypatch.setattr(bench, "_graph_quick_us", lambda call, sets: asked.append(1) or device_estimate)
+    monkeypatch.setattr(bench, "_time_callable", lambda call, sets, settings, estimate: (52.7, 50.0, 26.5))
+    monkeypatch.setattr(bench, "_row", lambda problem, ceilings, kernel, status, **kw: {"status": status, **kw})
+    out = SimpleNamespace(fill_=lambda value: None)
+    setup = SimpleNamespace(problem=SimpleNamespace(dtype=rule_set_configs("tiny")[0].dtype), out=[out], first=[None],
+                            second=[None], sets=1, relative_error=lambda tensor: 0.0)
+    config = rule_set_configs("tiny")[0]
+    settings = bench.BenchSettings(cache_dir="unused", oracle_only=True, include_cudnn=False)
+    row = bench.measure_kernel(setup, config, None, None, settings, best_us, best_device_us=best_device_us)
+    return row, bool(asked)
+
+
+def test_a_slow_launch_of_a_fast_kernel_is_timed_not_pruned(monkeypatch):
+    """Session 28 (H200): dwrun_4x32x3_w2_s4_v4 read 69.6 µs by events beside a best of 37.4 µs (34.7 on the
+    device) and was pruned, though it runs 26.5 µs: the device estimate keeps it."""
+    row, asked = _measured(monkeypatch, 69.6, 26.5, 37.4, 34.7)
+    assert asked and row["status"] == "ok" and row["graph"] == 26.5
+
+
+def test_a_kernel_slow_on_the_device_too_is_pruned(monkeypatch):
+    row, asked = _measured(monkeypatch, 69.6, 60.0, 37.4, 34.7)
+    assert asked and row["status"] == "pruned" and row["event_median"] == 69.6
+    assert "device estimate 60.0" in row["message"]
+
+
+def test_a_kernel_under_the_event_bar_needs_no_device_estimate(monkeypatch):
+    row, asked = _measured(monkeypatch, 40.0, 99.0, 37.4, 34.7)
+    assert not asked and row["status"] == "ok"
