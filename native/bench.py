@@ -224,17 +224,16 @@ def _quick_us(call, sets: int) -> float:
     return sorted(times)[1]
 
 
-def _graph_quick_us(call, sets: int, launches: int = 2) -> float:
-    """Device µs per call from one CUDA-graph replay of ``launches`` calls: what a pruning decision confirms
-    before it drops a kernel (the 3-call event estimate also counts the host's launch; session 28's H200 dev
-    run pruned a 26.5 µs depthwise kernel whose events read 69.6 µs)."""
+def _graph_replay_us(call, sets: int, launches: int, replays: int) -> float:
+    """Device µs per call: ``launches`` calls captured in one CUDA graph (after a warm call on the capture
+    stream), replayed once untimed, then the median of ``replays`` timed replays."""
     import torch
 
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.stream(stream):
-        call(0)
+        call(0)  # warm on the capture stream
         stream.synchronize()
         with torch.cuda.graph(graph, stream=stream):
             for i in range(launches):
@@ -242,13 +241,23 @@ def _graph_quick_us(call, sets: int, launches: int = 2) -> float:
     torch.cuda.current_stream().wait_stream(stream)
     graph.replay()
     torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    graph.replay()
-    end.record()
-    end.synchronize()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / launches)
     del graph
-    return start.elapsed_time(end) * 1e3 / launches
+    return sorted(times)[len(times) // 2]
+
+
+def _graph_quick_us(call, sets: int) -> float:
+    """One replay of two calls: what a pruning decision confirms before it drops a kernel (the 3-call event
+    estimate also counts the host's launch; session 28's H200 dev run pruned a 26.5 µs depthwise kernel whose
+    events read 69.6 µs)."""
+    return _graph_replay_us(call, sets, launches=2, replays=1)
 
 
 def _time_callable(call, sets: int, settings: BenchSettings, estimate_us: float) -> tuple[float, float, float]:
@@ -279,28 +288,7 @@ def _time_callable(call, sets: int, settings: BenchSettings, estimate_us: float)
         event_median, event_min = times[len(times) // 2], times[0]
     else:  # training sweeps: the graph time is the label; keep the sizing estimate
         event_median = event_min = estimate_us
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(stream):
-        call(0)  # warm on the capture stream
-        stream.synchronize()
-        with torch.cuda.graph(graph, stream=stream):
-            for i in range(launches):
-                call(i % sets)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph.replay()
-    torch.cuda.synchronize()
-    replays = []
-    for _ in range(settings.graph_replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        replays.append(start.elapsed_time(end) * 1e3 / launches)
-    del graph
-    return event_median, event_min, sorted(replays)[len(replays) // 2]
+    return event_median, event_min, _graph_replay_us(call, sets, launches, settings.graph_replays)
 
 
 def _cudnn_call(problem: ConvProblem, setup: ProblemSetup):

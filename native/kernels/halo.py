@@ -48,7 +48,8 @@ from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.kernels.base import Launch, Program, cdiv, pointer_type
 from tiledispatch.native.problem import ConvProblem, Direction
 
-#: The ring of input-row slots: the three rows a 3-row filter reads plus the one in flight.
+#: The ring of input-row slots: the three rows a 3-row filter reads plus the one in flight (the kernel spells
+#: it 4; ``emulate`` and ``KernelConfig.smem_bytes_estimate`` use the same count).
 RING = 4
 
 _SIZE_PARAMS = ("BATCH", "H", "W", "C_TOTAL", "K_TOTAL", "OH", "OW", "PAD_H", "PAD_W", "RG", "OG", "WP",
@@ -192,13 +193,6 @@ def halo_geometry(problem: ConvProblem, config: KernelConfig) -> dict[str, Any]:
             "wp": wp, "row_chunks": row_chunks, "col_blocks": col_blocks, "grid": grid}
 
 
-def shared_bytes(config: KernelConfig) -> int:
-    """The ring, the nine tap matrices and the epilogue's layout-conversion scratch."""
-    itemsize = config.dtype.itemsize
-    return itemsize * (3 * RING * config.block_m * config.block_k + 9 * config.block_k * config.block_n
-                       + config.block_m * config.block_n)
-
-
 class HaloConvolution:
     """The halo template of one data direction (forward: X, W → Y; backward-data: dY, W → dX)."""
 
@@ -261,7 +255,7 @@ def emulate(problem: ConvProblem, config: KernelConfig, first: Any, weight: Any)
                 else:
                     values = w[np.clip(k0 + col, 0, len(w) - 1)][:, tap][:, red % rg].T
                 taps[tap] = np.where(same_group, values, 0.0)
-            ring = np.zeros((3, 4, config.block_m, config.block_k))
+            ring = np.zeros((3, RING, config.block_m, config.block_k))
 
             def issue(q, ring=ring, image=image, iw=iw, oh0=oh0, c0=c0):
                 ih = oh0 - geo["pad_h"] + q
@@ -273,12 +267,12 @@ def emulate(problem: ConvProblem, config: KernelConfig, first: Any, weight: Any)
                         rows_ok = np.flatnonzero(ok)
                         tile[np.ix_(rows_ok, np.flatnonzero(chans))] = x[image[rows_ok], ih][
                             np.arange(len(rows_ok)), iw[rows_ok] + shift][:, c0 + red[chans]]
-                    ring[shift, q % 4] = tile
+                    ring[shift, q % RING] = tile
             for q in range(3):
                 issue(q)
             for j in range(rows):
                 issue(j + 3)
-                acc = sum(ring[tap % 3, (j + tap // 3) % 4] @ taps[tap] for tap in range(9))
+                acc = sum(ring[tap % 3, (j + tap // 3) % RING] @ taps[tap] for tap in range(9))
                 oh = oh0 + j
                 ow = ow0 + m % wp
                 keep = (image < problem.batch) & (m % wp < wp - 2) & (ow < geo["dst_w"])
