@@ -162,6 +162,8 @@ class KernelConfig:
             powers += ("block_k",)  # (their block_k is a filter height / width: 3, 5, 7)
         if self.family is Family.DWRUN:  # its block_m is a run of output columns (7 for 56- and 28-wide rows)
             powers = tuple(name for name in powers if name != "block_m")
+        if self.family is Family.HALO:  # its group_m is a walk of output rows (7, 14, 28 divide 14/28/56 rows)
+            powers = tuple(name for name in powers if name != "group_m")
         for name in powers:
             value = getattr(self, name)
             if value < 1 or value & (value - 1):

@@ -102,7 +102,7 @@ _GWALK_WEIGHT_SPLIT_K = (1, 4, 8, 16, 32, 64, 128)
 _HALO_BLOCK_M = (64, 128)
 _HALO_BLOCK_N = (16, 32, 64, 128)
 _HALO_BLOCK_K = (16, 32, 64)
-_HALO_ROWS = (4, 8, 16, 32)
+_HALO_ROWS = (4, 7, 8, 14, 16, 28, 32)
 _HALO_MERGE = (1, 2, 4, 8, 16)
 
 
@@ -547,7 +547,9 @@ def _default_rule(config: KernelConfig) -> bool:
         # Square merged tiles of 16, 32 or 64 channels on one warpgroup over 64 rows, merges leaving at least 4
         # channels per group in the tile, every walk length. H200 probe (bench/results/2026-11-28_h200_s28/,
         # calls 3-5): 64 rows beat 128 on one or two warpgroups on every layer; the best walk was 7-8 rows on
-        # 14-wide and batch-1 layers, 14-16 on 28-wide, 28-32 on 56-wide and on C/G 56.
+        # 14-wide and batch-1 layers, 14-16 on 28-wide, 28-32 on 56-wide and on C/G 56. The walks of 7, 14 and 28
+        # rows divide the 14-, 28- and 56-row images of the classification networks (a 32-row walk computes
+        # 64 rows of a 56-row image, 14 % wasted; session 28's default had only the powers of two).
         return (c.block_m == 64 and c.block_n == c.block_k and c.block_k in (16, 32, 64) and c.merge <= 8
                 and c.merge * 4 <= c.block_k)
     if c.family is Family.TMA:

@@ -326,3 +326,18 @@ def test_channel_pairs_are_a_dwrun_tile():
             KernelConfig(Direction.FORWARD, DType.BF16, 2, Family.IGEMM, 64, 64, 32, 4, 3, 8, 1, 1, vec)
     with pytest.raises(ConfigError, match="vec: must be 1, 2 or 4 .dwrun. or 8"):
         KernelConfig(Direction.FORWARD, DType.BF16, 2, Family.DWRUN, 8, 32, 3, 2, 2, 4, 1, 1, 3)
+
+
+def test_halo_walks_any_row_count_from_4_to_32():
+    """A halo kernel's group_m is the number of output rows a program walks (7, 14 and 28 divide the 14-, 28-
+    and 56-row images), not a power of two; the other tile fields still are."""
+    base = dict(direction=Direction.FORWARD, dtype=DType.BF16, ndim=2, family=Family.HALO, block_m=64, block_n=32,
+                block_k=32, num_warps=4, num_stages=1, group_m=14, split_k=1, merge=2, vec=8)
+    config = KernelConfig(**base)
+    assert config.name == "gconv_fwd_bf16_2d_halo_64x32x32_w4_s1_gm14_sk1_mg2_v8_i32"
+    assert parse_kernel_name(config.name) == config
+    for rows in (3, 33):
+        with pytest.raises(ConfigError, match=f"group_m: a halo kernel walks 4..32 output rows, got {rows}"):
+            KernelConfig(**{**base, "group_m": rows})
+    with pytest.raises(ConfigError, match="block_n: must be a power of two"):
+        KernelConfig(**{**base, "block_n": 24})

@@ -277,8 +277,9 @@ DWROLL_GPU_TILES = {
 #: gwalk GPU-test tiles ((block_m, block_n, block_k, warps), rows, merge): default's tiles (spill-free on sm_90),
 #: at 1, 2 and 4 rows, merging 1-4 groups.
 #: halo GPU-test tiles ((block_m, block_n, block_k), rows walked, merge): default's three channel tiles, short and
-#: long walks, and a 128-row tile (two streams of 64 columns, or four of 32).
-HALO_GPU_TILES = (((64, 32, 32), 8, 4), ((64, 16, 16), 4, 2), ((64, 64, 64), 16, 1), ((128, 32, 32), 4, 2))
+#: long walks, walks of 7 and 14 rows, and a 128-row tile (two streams of 64 columns, or four of 32).
+HALO_GPU_TILES = (((64, 32, 32), 8, 4), ((64, 16, 16), 4, 2), ((64, 64, 64), 16, 1), ((128, 32, 32), 4, 2),
+                  ((64, 32, 32), 7, 2), ((64, 16, 16), 14, 1))
 GWALK_GPU_TILES = (((64, 32, 32, 4), 4, 4), ((128, 32, 32, 8), 2, 1), ((64, 16, 16, 4), 1, 2),
                    ((128, 16, 16, 4), 4, 1))
 #: gwalk backward-weight GPU-test tiles ((block_m, block_n, block_k, warps), rows, merge, split_k): default's three

@@ -60,6 +60,10 @@ CASES = [
     ("padded_block_valid", 2, 4, 8, 8, (10, 9), (0, 0), (0, 0), (128, 32, 4, 2)),
     # one group wide: C/G 24 in a 32 tile
     ("wide_group", 1, 3, 24, 24, (4, 6), (1, 1), (1, 1), (64, 32, 8, 1)),
+    # walks that are not powers of two: 7 rows over a 14-row image (the ring's slot order wraps mid-walk), and
+    # 14 rows over 17 (the second chunk's walk runs past the image)
+    ("walk_of_7", 2, 4, 8, 8, (14, 14), (1, 1), (1, 1), (64, 32, 7, 2)),
+    ("walk_of_14", 1, 2, 16, 16, (17, 12), (1, 1), (1, 1), (64, 16, 14, 1)),
 ]
 
 
