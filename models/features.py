@@ -27,7 +27,10 @@ candidate configs into an ``(n_configs, n_features)`` float64 array, vectorised 
 * launch geometry (``x_grid_``, ``x_launch_``, schema 2): see :data:`LAUNCH_FEATURES`;
 * dwroll (schema 3, :data:`DWROLL_FEATURES`): the ``k_dwroll`` one-hot, the fp32 values a dwroll
   thread keeps live, and the row-chunk halo fraction. From schema 3 on, the launch group also
-  follows the dwroll launchers (``native/kernels/dwroll.py``) for dwroll rows.
+  follows the dwroll launchers (``native/kernels/dwroll.py``) for dwroll rows;
+* halo (schema 4, :data:`HALO_FEATURES`): the ``k_halo`` one-hot and the walk's geometry
+  (``native/kernels/halo_tiling.py``): programs, waves by shared memory, the share of computed outputs
+  that are real, the ring's prologue rows, the block-diagonal tap fill.
 
 Every feature is finite (no NaN: LightGBM's missing-value paths are never taken).
 A feature's name is its meaning: a feature whose definition changes gets a new name (as the
@@ -61,9 +64,10 @@ from tiledispatch.native.kernels import dwroll_tiling
 from tiledispatch.native.kernels.base import as3d
 from tiledispatch.native.kernels.direct_tiling import bwd_weight_tiling
 from tiledispatch.native.kernels.gwalk_geometry import weight_walk_geometry
+from tiledispatch.native.kernels.halo_tiling import halo_geometry
 from tiledispatch.native.problem import ConvProblem, Direction, ProblemClass
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 PROBLEM_FEATURES = (
     "p_ndim", "p_batch", "p_groups", "p_in_channels", "p_out_channels", "p_c_per_group", "p_k_per_group",
@@ -135,18 +139,29 @@ LAUNCH_FEATURES = (
 #: are 0 on rows of other families; the halo (a launch feature) is 0 too when the launch group is off.
 DWROLL_FEATURES = ("k_dwroll", "k_dwroll_live_values", "x_launch_dwroll_halo")
 
+#: Schema 4: the halo family's walk (``native/kernels/halo_tiling.py``; every one 0 on rows of other
+#: families): its one-hot; log of its programs; waves, programs / (SMs × programs an SM's shared memory
+#: holds); useful, the share of the outputs its programs compute (BLOCK_M rows × ROWS walked × BLOCK_N
+#: channels each: padded stream columns, rows past the image, streams past the batch, channels past the
+#: merged groups) that are real; prologue, ``2 / ROWS`` (the input rows a chunk reads beyond its walk,
+#: per walked row); and the tap fill, ``MERGE·RG·MERGE·OG / (BLOCK_K·BLOCK_N)`` useful of the
+#: block-diagonal tap matrices' products — hence the useful MACs of each wgmma, ``fill / MERGE``.
+HALO_FEATURES = ("k_halo", "x_halo_log_programs", "x_halo_waves", "x_halo_useful", "x_halo_prologue",
+                 "x_halo_tap_fill")
+
 #: The names ``FeatureEngine.build(..., launch=False)`` leaves 0 (the costliest to compute).
-LAUNCH_NAMES = LAUNCH_FEATURES + ("x_launch_dwroll_halo",)
+LAUNCH_NAMES = LAUNCH_FEATURES + ("x_launch_dwroll_halo",) + HALO_FEATURES[1:]
 
 _V1_NAMES = PROBLEM_FEATURES + KERNEL_FEATURES + INTERACTION_FEATURES + HARDWARE_FEATURES
 _V2_NAMES = _V1_NAMES + LAUNCH_FEATURES
-FEATURE_NAMES: tuple[str, ...] = _V2_NAMES + DWROLL_FEATURES
+_V3_NAMES = _V2_NAMES + DWROLL_FEATURES
+FEATURE_NAMES: tuple[str, ...] = _V3_NAMES + HALO_FEATURES
 
 #: Every feature set the engine has shipped, by schema version (each a subset of the next; the
 #: engine must keep making every name listed here). 0: problem sizes and kernel fields only;
 #: 1: + derived problem features, interaction and hardware groups; 2: + launch geometry;
 #: 3: + dwroll (its one-hot, live fp32 values per thread, row-chunk halo; and its launchers'
-#: geometry under the launch names).
+#: geometry under the launch names); 4: + the halo family's walk.
 FEATURE_SETS: dict[int, tuple[str, ...]] = {
     0: ("p_ndim", "p_batch", "p_groups", "p_in_channels", "p_out_channels", "p_c_per_group", "p_k_per_group",
         "p_in_d", "p_in_h", "p_in_w", "p_out_d", "p_out_h", "p_out_w", "p_filter_d", "p_filter_h", "p_filter_w",
@@ -154,7 +169,8 @@ FEATURE_SETS: dict[int, tuple[str, ...]] = {
         "p_gemm_m", "p_gemm_n", "p_gemm_k", *KERNEL_FEATURES),
     1: _V1_NAMES,
     2: _V2_NAMES,
-    3: FEATURE_NAMES,
+    3: _V3_NAMES,
+    4: FEATURE_NAMES,
 }
 
 
@@ -523,6 +539,26 @@ class FeatureEngine:
                 out[dw_rows, 2] = dw["halo"]
         return out
 
+    def halo_matrix(self, p: ConvProblem, table: ConfigTable, *, launch: bool = True) -> np.ndarray:
+        """The halo group, in ``HALO_FEATURES`` order (0 on rows of other families; all but the one-hot 0 too
+        unless ``launch``)."""
+        out = np.zeros((len(table), len(HALO_FEATURES)))
+        rows = np.flatnonzero(table.columns["family"] == analytic.FAMILY_CODES["halo"])
+        for i in rows:
+            config = table.configs[i]
+            out[i, 0] = 1.0
+            if not launch or p.direction is Direction.BACKWARD_WEIGHT:
+                continue
+            geo = halo_geometry(p, config)
+            programs = math.prod(geo["grid"])
+            per_sm = max(1, min(self.spec.smem_per_sm_bytes // max(config.smem_bytes_estimate, 1), 16))
+            computed = programs * config.block_m * config.group_m * config.block_n
+            real = p.batch * geo["dst_h"] * geo["dst_w"] * p.groups * geo["og"]
+            merged_rg, merged_og = config.merge * geo["rg"], config.merge * geo["og"]
+            out[i, 1:] = (math.log(programs), programs / (self.spec.sms * per_sm), real / computed,
+                          2.0 / config.group_m, merged_rg * merged_og / (config.block_k * config.block_n))
+        return out
+
     # ---- all ----------------------------------------------------------------------------------
     def build(self, problem: ConvProblem, configs: Sequence[KernelConfig] | ConfigTable, *,
               launch: bool = True) -> np.ndarray:
@@ -539,6 +575,7 @@ class FeatureEngine:
         c = b + len(INTERACTION_FEATURES)
         d = c + len(HARDWARE_FEATURES)
         e = d + len(LAUNCH_FEATURES)
+        f = e + len(DWROLL_FEATURES)
         out[:, :a] = self.problem_vector(problem)
         out[:, a:b] = self.kernel_matrix(table)
         breakdown = self._analytic.breakdown(problem, table.columns)
@@ -546,5 +583,6 @@ class FeatureEngine:
         out[:, c:d] = self.hardware_vector(problem)
         dwroll = self._dwroll(problem, table)
         out[:, d:e] = self.launch_matrix(problem, table, breakdown, dwroll) if launch else 0.0
-        out[:, e:] = self.dwroll_matrix(problem, table, launch=launch, dwroll=dwroll)
+        out[:, e:f] = self.dwroll_matrix(problem, table, launch=launch, dwroll=dwroll)
+        out[:, f:] = self.halo_matrix(problem, table, launch=launch)
         return out

@@ -39,7 +39,7 @@ the kernel ``families`` of the training rows — the predictor ranks no other fa
 model —, where/when the data was measured, date, git commit, parameters, CV metrics of each model,
 the command that rebuilds every model file byte for byte).
 
-Features: the engine's newest schema (``features.SCHEMA_VERSION``, 3: dwroll's one-hot and
+Features: the engine's newest schema (``features.SCHEMA_VERSION``, 4: the halo walk's geometry; 3: dwroll's one-hot and
 geometry) unless ``--feature-set`` names an older one; the manifest's command pins the schema used.
 
 CLI::

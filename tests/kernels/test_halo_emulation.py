@@ -13,6 +13,7 @@ import pytest
 
 from tiledispatch.native import reference
 from tiledispatch.native.configs import Family, KernelConfig
+from tiledispatch.native.kernels import halo_tiling
 from tiledispatch.native.problem import ConvProblem, Direction, DType
 from tiledispatch.native.support import is_supported
 
@@ -76,9 +77,10 @@ def test_walk_matches_reference(case, direction):
 
 
 def test_padded_width_fits_the_row_and_the_tile():
-    assert halo.padded_width(28, 64) == 32 and halo.padded_width(56, 64) == 64 and halo.padded_width(14, 64) == 16
-    assert halo.padded_width(7, 64) == 16 and halo.padded_width(3, 64) == 8
-    assert halo.padded_width(70, 64) == 64 and halo.padded_width(70, 128) == 128  # wider: column blocks
+    width = halo_tiling.padded_width
+    assert width(28, 64) == 32 and width(56, 64) == 64 and width(14, 64) == 16
+    assert width(7, 64) == 16 and width(3, 64) == 8
+    assert width(70, 64) == 64 and width(70, 128) == 128  # wider: column blocks
 
 
 @pytest.mark.parametrize("key, reason", [
@@ -97,7 +99,7 @@ def test_support_names_the_field(key, reason):
 
 def test_geometry_grid_covers_every_output():
     problem = _problem(Direction.FORWARD, 5, 8, 8, 8, (28, 28), (1, 1), (1, 1))
-    geo = halo.halo_geometry(problem, _config(Direction.FORWARD, 64, 32, 16, 4))
+    geo = halo_tiling.halo_geometry(problem, _config(Direction.FORWARD, 64, 32, 16, 4))
     # 32-column streams, two a tile: 3 image pairs x 2 row chunks x 1 column block; 2 group blocks
     assert (geo["wp"], geo["row_chunks"], geo["col_blocks"]) == (32, 2, 1)
     assert geo["grid"] == (3 * 2 * 1, 2, 1)

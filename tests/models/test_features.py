@@ -207,12 +207,11 @@ GOLDEN = Path(__file__).resolve().parent / "fixtures" / "schema2-golden"
 def test_schema_3_is_schema_2_plus_the_dwroll_group():
     from tiledispatch.models.features import DWROLL_FEATURES, LAUNCH_FEATURES, LAUNCH_NAMES, ONE_HOT_FAMILIES
 
-    assert SCHEMA_VERSION == 3
-    assert FEATURE_SETS[3] == FEATURE_SETS[2] + DWROLL_FEATURES == FEATURE_NAMES
+    assert FEATURE_SETS[3] == FEATURE_SETS[2] + DWROLL_FEATURES
     assert FEATURE_SETS[2] == FEATURE_SETS[1] + LAUNCH_FEATURES and len(FEATURE_SETS[2]) == 106
     assert "k_dwroll" in DWROLL_FEATURES and "dwroll" in ONE_HOT_FAMILIES
     assert not set(FEATURE_SETS[2]) & set(DWROLL_FEATURES)
-    assert set(LAUNCH_NAMES) - set(LAUNCH_FEATURES) == {"x_launch_dwroll_halo"}
+    assert {"x_launch_dwroll_halo"} <= set(LAUNCH_NAMES) - set(LAUNCH_FEATURES)
 
 
 def test_schema_1_and_2_values_of_the_earlier_families_are_unchanged():
@@ -338,3 +337,65 @@ def test_the_dwroll_group_is_zero_on_other_families_and_launch_off_zeroes_only_l
     assert (off[:, launch] == 0).all()
     rest = [i for i in range(len(engine.names)) if i not in set(launch)]
     np.testing.assert_array_equal(off[:, rest], x[:, rest])
+
+
+# ---- schema 4: halo ---------------------------------------------------------------------------
+
+
+def test_schema_4_is_schema_3_plus_the_halo_group():
+    from tiledispatch.models.features import HALO_FEATURES, LAUNCH_FEATURES, LAUNCH_NAMES
+
+    assert SCHEMA_VERSION == 4
+    assert FEATURE_SETS[4] == FEATURE_SETS[3] + HALO_FEATURES == FEATURE_NAMES
+    assert not set(FEATURE_SETS[3]) & set(HALO_FEATURES)
+    # the one-hot is computed with launch off too; the walk's geometry is a launch name
+    assert set(LAUNCH_NAMES) - set(LAUNCH_FEATURES) == {"x_launch_dwroll_halo", *HALO_FEATURES[1:]}
+
+
+def test_halo_features_are_its_walk():
+    """ResNeXt-50's conv2 layer (n32 g32 c128 56x56 3x3) on the 64x32x32 tile walking 28 rows over 8 merged
+    groups: 64-column streams (56 + 2 pad columns, padded to a power of two), 2 row chunks, 32 x 2 x 1
+    programs a channel block, 32 / 8 channel blocks; 71,680 B of shared memory, three programs an SM."""
+    import math
+
+    from tiledispatch.models.features import HALO_FEATURES
+    from tiledispatch.native.configs import parse_kernel_name
+    from tiledispatch.native.problem import ConvProblem
+
+    engine = FeatureEngine("sm_90")
+    config = parse_kernel_name("gconv_fwd_bf16_2d_halo_64x32x32_w4_s1_gm28_sk1_mg8_v8_i32")
+    problem = ConvProblem(Direction.FORWARD, "bf16", 32, 32, 128, 128, (56, 56), (3, 3), (1, 1), (1, 1), (1, 1),
+                          (1, 1))
+    assert config.smem_bytes_estimate == 71_680 and engine.spec.smem_per_sm_bytes // 71_680 == 3
+    row = engine.build(problem, [config])[0]
+    got = {name: row[engine.index[name]] for name in HALO_FEATURES}
+    assert got["k_halo"] == 1.0
+    assert got["x_halo_log_programs"] == pytest.approx(math.log(256))
+    assert got["x_halo_waves"] == pytest.approx(256 / (engine.spec.sms * 3))
+    assert got["x_halo_useful"] == pytest.approx(56 / 64)  # rows: 2 x 28 = 56 exactly; columns 56 of 64
+    assert got["x_halo_prologue"] == pytest.approx(2 / 28)
+    assert got["x_halo_tap_fill"] == pytest.approx(1.0)  # 8 groups x 4 channels fill the 32 x 32 taps
+    # a 32-row walk over the same image computes 64 rows of 56; one group in a 32 x 32 tap: 1/64 of it
+    walk32 = parse_kernel_name("gconv_fwd_bf16_2d_halo_64x32x32_w4_s1_gm32_sk1_mg1_v8_i32")
+    row = engine.build(problem, [walk32])[0]
+    assert row[engine.index["x_halo_useful"]] == pytest.approx(56 / 64 * 56 / 64 * 4 / 32)
+    assert row[engine.index["x_halo_tap_fill"]] == pytest.approx(16 / 1024)
+
+
+def test_the_halo_group_is_zero_on_other_families_and_on_the_weight_gradient():
+    from tiledispatch.models.features import HALO_FEATURES
+    from tiledispatch.native.problem import ConvProblem
+
+    engine = FeatureEngine("sm_90")
+    group = [engine.index[n] for n in HALO_FEATURES]
+    for direction in (Direction.FORWARD, Direction.BACKWARD_DATA):
+        problem = ConvProblem(direction, "bf16", 8, 32, 256, 256, (28, 28), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
+        configs = [c for c in rule_set_configs("default", "sm_90", directions=[direction], dtypes=["bf16"],
+                                               ndims=[2]) if is_supported(problem, c)]
+        halo = np.array([c.family.value == "halo" for c in configs])
+        assert halo.any() and (~halo).any()
+        x = engine.build(problem, configs)
+        assert (x[~halo][:, group] == 0).all() and (x[halo][:, group] > 0).all()
+        assert np.isfinite(x).all()
+        off = engine.build(problem, configs, launch=False)
+        assert (off[halo][:, group[0]] == 1).all() and (off[:, group[1:]] == 0).all()
