@@ -55,6 +55,9 @@
 #             $WORK/multiplier (resumes) and its report.
 #   halo:     bench/gpu/halo_probe.py (grouped forward from shared-memory input rows, Gluon + wgmma, beside the
 #             registry's best kernel and cuDNN on the dev suite's grouped stride-1 layers) into $WORK/halo_probe.
+#   halo_weight: bench/gpu/halo_weight_probe.py (grouped 3x3 stride-1 backward-weight from shared-memory rows,
+#             Gluon + wgmma, beside the registry's best kernel and cuDNN on the dev suite's layers) into
+#             $WORK/halo_weight_probe (BUILD=0: it compiles only the registry's best kernels it needs).
 #   dev:      the dev suite (../shared/bench/dev_suite.json), every default kernel and cuDNN (DEV_ARGS: e.g.
 #             --oracle-only), and its
 #             report.
@@ -121,7 +124,7 @@ complete_new() {
     --cache-dir "$3" --out "$WORK/complete_new_${kind}_$d" >> "$WORK/logs/complete_new_${kind}_$d.txt" 2>&1
   echo "complete new $kind $d rc $?"; grep -E "^bench: completing" "$WORK/logs/complete_new_${kind}_$d.txt" | tail -1; tail -1 "$WORK/logs/complete_new_${kind}_$d.txt"
 }
-case ${1:?synth, complete, torch, planar, multiplier, refresh, new, probe, configs, l1, dwrow, dwrun, dwrun_data, dwrun_pair, flat, harness, held, tests, variants or dev} in
+case ${1:?synth, complete, torch, planar, multiplier, refresh, new, probe, configs, l1, dwrow, dwrun, dwrun_data, dwrun_pair, flat, harness, held, halo, halo_weight, tests, variants or dev} in
   synth) synth ;;
   complete)
     M=models/data/measured
@@ -252,6 +255,11 @@ print(json.dumps([p.to_dict() for p in s(100, seed=7) if p.c_per_group == 1 and 
   halo)
     timeout "$(left)" python3 bench/gpu/halo_probe.py --out "$WORK/halo_probe" > "$WORK/logs/halo_probe.txt" 2>&1
     echo "halo rc $?"; tail -3 "$WORK/logs/halo_probe.txt"
+    ;;
+  halo_weight)
+    timeout "$(left)" python3 bench/gpu/halo_weight_probe.py --out "$WORK/halo_weight_probe" \
+      > "$WORK/logs/halo_weight_probe.txt" 2>&1
+    echo "halo_weight rc $?"; tail -3 "$WORK/logs/halo_weight_probe.txt"
     ;;
   harness)
     timeout "$(left)" python3 bench/gpu/harness_check.py --out "$WORK/harness" > "$WORK/logs/harness.txt" 2>&1
