@@ -2,7 +2,7 @@
 steady mix of every RPC from several clients, including malformed and unknown-kernel requests.
 The report (``bench/results/soak_report.json`` with ``TILEDISPATCH_WRITE_REPORTS=1``) states
 requests served, errors by kind, and the server's memory and file-descriptor growth.
-``TILEDISPATCH_SOAK_S`` sets the length (default 90 s)."""
+``TILEDISPATCH_SOAK_S`` sets the length (default 45 s in CI; the committed report is a 90 s run)."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def _client_loop(target: str, index: int, stop_at: float, tally: collections.Cou
 
 @pytest.mark.slow
 def test_soak(tmp_path):
-    seconds = float(os.environ.get("TILEDISPATCH_SOAK_S", "90"))
+    seconds = float(os.environ.get("TILEDISPATCH_SOAK_S", "45"))
     clients = 6
     server = ServerProcess(tmp_path, "--gpus", "0", "--worker-handler", FAKE_HANDLER, "--threads", "4").start()
     pid = server.process.pid

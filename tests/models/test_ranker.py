@@ -138,6 +138,20 @@ def test_a_missing_ranker_fails_naming_the_file(ranker_artifact, tmp_path):
     assert loaded == [] and "ranker.txt: missing" in failed[str(folder)]
 
 
+def test_load_newest_takes_one_version_a_model_and_falls_back_past_a_damaged_one(ranker_artifact, tmp_path):
+    from tiledispatch.models.predictor import load_newest
+
+    older = _copy(ranker_artifact, tmp_path)
+    newer = older.parent / "10"  # "10" is newer than "9" and "1" (numbers compare as numbers)
+    shutil.copytree(ranker_artifact, newer)
+    shutil.copytree(ranker_artifact, older.parent / "9")
+    loaded, failed = load_newest(tmp_path / "models")
+    assert [m.folder.name for m in loaded] == ["10"] and failed == {}
+    (newer / RANKER_FILE).unlink()
+    loaded, failed = load_newest(tmp_path / "models")
+    assert [m.folder.name for m in loaded] == ["9"] and "ranker.txt: missing" in failed[str(newer)]
+
+
 @pytest.mark.parametrize("damage, message", [
     (lambda text: "not a model\n", r"ranker\.txt: no feature_names line"),
     # a truncated copy: LightGBM itself would abort the process (no exception to catch)

@@ -186,12 +186,12 @@ class KernelSelector:
 
     def _load_trained(self) -> list[Any]:
         try:
-            from tiledispatch.models.predictor import load_all, packaged_models_dir
+            from tiledispatch.models.predictor import load_newest, packaged_models_dir
         except ImportError as error:  # numpy-only install without the models package's needs
             log.info("tiledispatch: no trained models (%s); ranking with the analytic model", error)
             return []
         models_dir = os.environ.get("TILEDISPATCH_MODELS_DIR") or packaged_models_dir()
-        loaded, failed = load_all(models_dir)
+        loaded, failed = load_newest(models_dir)  # (only the newest version of a model ranks)
         for folder, reason in failed.items():
             log.warning("tiledispatch: model %s not loaded (%s); it is not used for local ranking", folder, reason)
         return loaded
