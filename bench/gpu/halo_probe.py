@@ -23,16 +23,11 @@ without a GPU, ``--compile-only`` compiles every probed config for sm_90 and pri
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import sys
-import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
@@ -289,14 +284,11 @@ def _launch_args(problem, tile: HaloTile) -> tuple[tuple[int, int], dict]:
 
 def compile_only() -> int:
     """Compile every probed variant for sm_90 without a GPU; print shared memory, registers and spills."""
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
+    from gluon_probe import compile_for_sm90
 
     from tiledispatch.native.problem import ConvProblem
-    from tiledispatch.native.registry import _resource_usage
 
-    target = GPUTarget("cuda", 90, 32)
-    pointers = {"x_ptr": "*bf16", "w_ptr": "*bf16", "y_ptr": "*bf16", **{name: "i32" for name in _INTS}}
+    pointers = {"x_ptr": "*bf16", "w_ptr": "*bf16", "y_ptr": "*bf16"}
     seen = set()
     failures = 0
     for direction, key, _ in PROBLEMS:
@@ -309,20 +301,12 @@ def compile_only() -> int:
             if ident in seen:
                 continue
             seen.add(ident)
-            started = time.time()
             try:
-                signature = {**pointers, **{name: "constexpr" for name in constants}}
-                aligned = {(index,): [["tt.divisibility", 16]] for index, name in enumerate(signature)
-                           if name in ("x_ptr", "w_ptr", "y_ptr", "C_TOTAL", "K_TOTAL")}
-                source = GluonASTSource(_halo_fwd_kernel, signature, constants, aligned)
-                compiled = triton.compile(source, target=target, options={"num_warps": tile.num_warps})
-                with tempfile.TemporaryDirectory() as folder:
-                    cubin = Path(folder) / "kernel.cubin"
-                    cubin.write_bytes(compiled.asm["cubin"])
-                    registers, stack, local = _resource_usage(cubin)
+                got = compile_for_sm90(_halo_fwd_kernel, pointers, _INTS, constants,
+                                       ("x_ptr", "w_ptr", "y_ptr", "C_TOTAL", "K_TOTAL"))
                 print(f"{tile.name():34s} cg{problem.c_per_group} {constants['CB']}x{constants['NB']}: "
-                      f"smem {compiled.metadata.shared} B, regs {registers}, stack {stack}, local {local}, "
-                      f"{time.time() - started:.1f}s", flush=True)
+                      f"smem {got['shared']} B, regs {got['registers']}, stack {got['stack']}, local {got['local']}, "
+                      f"{got['seconds']:.1f}s", flush=True)
             except Exception as exc:  # report and go on: the probe shows which variants build
                 failures += 1
                 print(f"{tile.name():34s} cg{problem.c_per_group}: FAILED {type(exc).__name__}: {str(exc)[:3000]}",
@@ -332,8 +316,8 @@ def compile_only() -> int:
 
 def halo_section(probe, problems) -> None:
     import torch
+    from gluon_probe import baselines
 
-    from tiledispatch.native.bench import new_setup
     from tiledispatch.native.configs import parse_kernel_name
     from tiledispatch.native.problem import ConvProblem
 
@@ -341,11 +325,7 @@ def halo_section(probe, problems) -> None:
                          key=lambda c: c.name))
     for direction, key, best in problems:
         problem = ConvProblem.from_key(f"{direction}|bf16|{key}")
-        print(problem.key, flush=True)
-        setup = new_setup(problem, probe.settings)
-        probe.cudnn("halo", problem, setup)
-        config = parse_kernel_name(f"gconv_{direction}_bf16_2d_{best}")
-        probe.measure("halo", problem, setup, config.name, probe.config_call(problem, setup, config))
+        setup = baselines(probe, "halo", problem, f"gconv_{direction}_bf16_2d_{best}")
         for tile in _tiles_for(problem):
             grid, args = _launch_args(problem, tile)
 
@@ -359,25 +339,9 @@ def halo_section(probe, problems) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path)
-    parser.add_argument("--workers", type=int, default=16)
-    parser.add_argument("--cache-dir", type=Path, default=Path("/tmp/probe_registry"))
-    parser.add_argument("--compile-only", action="store_true", help="compile for sm_90 on the CPU and stop")
-    args = parser.parse_args(argv)
-    if args.compile_only:
-        return compile_only()
-    from variant_probe import Probe
+    from gluon_probe import probe_main
 
-    from tiledispatch.native.bench import environment_manifest
-
-    probe = Probe(args.out, args.workers, args.cache_dir)
-    (args.out / "probe.json").write_text(json.dumps(environment_manifest(probe.settings, probe.ceilings), indent=2,
-                                                    default=str))
-    started = time.time()
-    halo_section(probe, PROBLEMS)
-    print(f"== halo done in {time.time() - started:.0f}s", flush=True)
-    return 0
+    return probe_main(__doc__, "halo", lambda probe: halo_section(probe, PROBLEMS), compile_only, argv=argv)
 
 
 if __name__ == "__main__":

@@ -26,16 +26,11 @@ walk in NumPy (float64) against the reference on small problems (the index arith
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import sys
-import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
@@ -292,13 +287,9 @@ def _problem(key: str):
 
 def compile_only() -> int:
     """Compile every probed variant for sm_90 without a GPU; print shared memory, registers and spills."""
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
+    from gluon_probe import compile_for_sm90
 
-    from tiledispatch.native.registry import _resource_usage
-
-    target = GPUTarget("cuda", 90, 32)
-    pointers = {"x_ptr": "*bf16", "dy_ptr": "*bf16", "ws_ptr": "*fp32", **{name: "i32" for name in _INTS}}
+    pointers = {"x_ptr": "*bf16", "dy_ptr": "*bf16", "ws_ptr": "*fp32"}
     seen, failures = set(), 0
     for key, _ in PROBLEMS:
         problem = _problem(key)
@@ -309,19 +300,10 @@ def compile_only() -> int:
             if ident in seen:
                 continue
             seen.add(ident)
-            started = time.time()
             try:
-                signature = {**pointers, **{name: "constexpr" for name in constants}}
-                aligned = {(index,): [["tt.divisibility", 16]] for index, name in enumerate(signature)
-                           if name in ("x_ptr", "dy_ptr", "ws_ptr")}
-                compiled = triton.compile(GluonASTSource(_halo_weight_kernel, signature, constants, aligned),
-                                          target=target, options={"num_warps": 4})
-                with tempfile.TemporaryDirectory() as folder:
-                    cubin = Path(folder) / "kernel.cubin"
-                    cubin.write_bytes(compiled.asm["cubin"])
-                    registers, stack, local = _resource_usage(cubin)
-                print(f"{tile.name():36s} mg{constants['MERGE']}: smem {compiled.metadata.shared} B, regs {registers}, "
-                      f"stack {stack}, local {local}, {time.time() - started:.1f}s", flush=True)
+                got = compile_for_sm90(_halo_weight_kernel, pointers, _INTS, constants, ("x_ptr", "dy_ptr", "ws_ptr"))
+                print(f"{tile.name():36s} mg{constants['MERGE']}: smem {got['shared']} B, regs {got['registers']}, "
+                      f"stack {got['stack']}, local {got['local']}, {got['seconds']:.1f}s", flush=True)
             except Exception as exc:  # report and go on: the probe shows which variants build
                 failures += 1
                 print(f"{tile.name():36s}: FAILED {type(exc).__name__}: {str(exc)[:3000]}", flush=True)
@@ -358,19 +340,15 @@ def emulate_check() -> int:
 
 def halo_weight_section(probe) -> None:
     import torch
+    from gluon_probe import baselines
 
-    from tiledispatch.native.bench import new_setup
     from tiledispatch.native.configs import parse_kernel_name
 
     probe.compile(sorted({parse_kernel_name(f"gconv_bwd_weight_bf16_2d_{best}") for _, best in PROBLEMS},
                          key=lambda c: c.name))
     for key, best in PROBLEMS:
         problem = _problem(key)
-        print(problem.key, flush=True)
-        setup = new_setup(problem, probe.settings)
-        probe.cudnn("halo_weight", problem, setup)
-        config = parse_kernel_name(f"gconv_bwd_weight_bf16_2d_{best}")
-        probe.measure("halo_weight", problem, setup, config.name, probe.config_call(problem, setup, config))
+        setup = baselines(probe, "halo_weight", problem, f"gconv_bwd_weight_bf16_2d_{best}")
         for tile in _tiles_for(problem):
             g = geometry(problem, tile)
             ints = {name: g[name] for name in _INTS}
@@ -389,28 +367,9 @@ def halo_weight_section(probe) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path)
-    parser.add_argument("--workers", type=int, default=16)
-    parser.add_argument("--cache-dir", type=Path, default=Path("/tmp/probe_registry"))
-    parser.add_argument("--compile-only", action="store_true", help="compile for sm_90 on the CPU and stop")
-    parser.add_argument("--emulate", action="store_true", help="check the walk in NumPy on the CPU and stop")
-    args = parser.parse_args(argv)
-    if args.compile_only:
-        return compile_only()
-    if args.emulate:
-        return emulate_check()
-    from variant_probe import Probe
+    from gluon_probe import probe_main
 
-    from tiledispatch.native.bench import environment_manifest
-
-    probe = Probe(args.out, args.workers, args.cache_dir)
-    (args.out / "probe.json").write_text(json.dumps(environment_manifest(probe.settings, probe.ceilings), indent=2,
-                                                    default=str))
-    started = time.time()
-    halo_weight_section(probe)
-    print(f"== halo_weight done in {time.time() - started:.0f}s", flush=True)
-    return 0
+    return probe_main(__doc__, "halo_weight", halo_weight_section, compile_only, emulate_check, argv=argv)
 
 
 if __name__ == "__main__":
