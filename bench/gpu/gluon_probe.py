@@ -12,10 +12,11 @@ from pathlib import Path
 
 
 def compile_for_sm90(fn, pointers: dict[str, str], ints: tuple[str, ...], constants: dict,
-                     aligned: tuple[str, ...]) -> dict:
+                     aligned: tuple[str, ...], max_registers: int | None = None) -> dict:
     """Compile Gluon ``fn`` for sm_90 on the CPU: ``pointers`` (name → pointer type), ``ints`` (i32 sizes),
-    ``constants`` (constexprs, ``num_warps`` among them), ``aligned`` (parameters promised divisible by 16).
-    Returns shared bytes, registers, stack and local bytes (ptxas), compile seconds."""
+    ``constants`` (constexprs, ``num_warps`` among them), ``aligned`` (parameters promised divisible by 16),
+    ``max_registers`` (ptxas's budget, ``maxnreg``). Returns shared bytes, registers, stack and local bytes
+    (ptxas), compile seconds."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -26,7 +27,8 @@ def compile_for_sm90(fn, pointers: dict[str, str], ints: tuple[str, ...], consta
     signature = {**pointers, **{name: "i32" for name in ints}, **{name: "constexpr" for name in constants}}
     divisible = {(index,): [["tt.divisibility", 16]] for index, name in enumerate(signature) if name in aligned}
     compiled = triton.compile(GluonASTSource(fn, signature, constants, divisible), target=GPUTarget("cuda", 90, 32),
-                              options={"num_warps": constants["num_warps"]})
+                              options={"num_warps": constants["num_warps"],
+                                       **({"maxnreg": max_registers} if max_registers else {})})
     with tempfile.TemporaryDirectory() as folder:
         cubin = Path(folder) / "kernel.cubin"
         cubin.write_bytes(compiled.asm["cubin"])

@@ -158,15 +158,17 @@ def _halo_weight_kernel(
 @dataclass(frozen=True)
 class WeightTile:
     """One variant: ``BLOCK_M`` pixels a step (``BLOCK_M / WP`` streams), ``ROWS`` output rows a unit, ``STAGES``-deep
-    rings, ``splits`` reduction splits."""
+    rings, ``splits`` reduction splits; ``max_registers``: ptxas's budget (``maxnreg``), None: its own choice."""
 
     block_m: int
     rows: int
     stages: int
     splits: int
+    max_registers: int | None = None
 
     def name(self) -> str:
-        return f"halo_wgrad_m{self.block_m}_r{self.rows}_st{self.stages}_sk{self.splits}"
+        budget = f"_reg{self.max_registers}" if self.max_registers else ""
+        return f"halo_wgrad_m{self.block_m}_r{self.rows}_st{self.stages}_sk{self.splits}{budget}"
 
 
 def _pow2_at_least(value: int) -> int:
@@ -249,7 +251,8 @@ def emulate(problem, tile: WeightTile, x, dy):
 
 def _tiles_for(problem) -> list[WeightTile]:
     """64- and 128-pixel steps, walks of the image's height or a divisor near it, 2- and 3-deep rings, the splits
-    that give about 2 and 4 waves of 3-program-an-SM occupancy."""
+    that give about 2 and 4 waves of 3-program-an-SM occupancy; the 64-pixel 2-stage tiles also under a register
+    budget."""
     out_h, out_w = problem.output_size[-2:]
     rows_options = sorted({r for r in (7, 14, 28, 56) if r <= out_h and out_h % r == 0} or {min(out_h, 32)})
     tiles = []
@@ -264,6 +267,10 @@ def _tiles_for(problem) -> list[WeightTile]:
                 for waves in (2, 4):
                     splits = max(1, min(g["UNITS"], round(waves * 132 * 3 / per_split_programs)))
                     tiles.append(WeightTile(block_m, rows, stages, splits))
+                    if block_m == 64 and stages == 2:
+                        # 64 KB of shared memory fits three programs an SM, ptxas's ~206 registers two: the
+                        # budget that lets the third in (65,536 / (3 x 128) = 170)
+                        tiles.append(WeightTile(block_m, rows, stages, splits, 168))
     return sorted(set(tiles), key=lambda t: t.name())
 
 
@@ -296,12 +303,13 @@ def compile_only() -> int:
         for tile in _tiles_for(problem):
             constants = dict(BLOCK_M=tile.block_m, BLOCK_KK=64, BLOCK_C=64, MERGE=geometry(problem, tile)["MERGE"],
                              ROWS=tile.rows, STAGES=tile.stages, num_warps=4)
-            ident = tuple(sorted(constants.items()))
+            ident = (tuple(sorted(constants.items())), tile.max_registers)
             if ident in seen:
                 continue
             seen.add(ident)
             try:
-                got = compile_for_sm90(_halo_weight_kernel, pointers, _INTS, constants, ("x_ptr", "dy_ptr", "ws_ptr"))
+                got = compile_for_sm90(_halo_weight_kernel, pointers, _INTS, constants, ("x_ptr", "dy_ptr", "ws_ptr"),
+                                       max_registers=tile.max_registers)
                 print(f"{tile.name():36s} mg{constants['MERGE']}: smem {got['shared']} B, regs {got['registers']}, "
                       f"stack {got['stack']}, local {got['local']}, {got['seconds']:.1f}s", flush=True)
             except Exception as exc:  # report and go on: the probe shows which variants build
@@ -357,7 +365,8 @@ def halo_weight_section(probe) -> None:
             def call(i, g=g, ints=ints, tile=tile, setup=setup, workspace=workspace):
                 _halo_weight_kernel[g["grid"]](setup.first[i], setup.second[i], workspace, **ints,
                                                BLOCK_M=tile.block_m, BLOCK_KK=64, BLOCK_C=64, MERGE=g["MERGE"],
-                                               ROWS=tile.rows, STAGES=tile.stages, num_warps=4)
+                                               ROWS=tile.rows, STAGES=tile.stages, num_warps=4,
+                                               **({"maxnreg": tile.max_registers} if tile.max_registers else {}))
                 setup.out[i].copy_(workspace.sum(0))
                 return setup.out[i]
             probe.measure("halo_weight", problem, setup, tile.name(), call)
