@@ -61,6 +61,9 @@
 #   halo_weight: bench/gpu/halo_weight_probe.py (grouped 3x3 stride-1 backward-weight from shared-memory rows,
 #             Gluon + wgmma, beside the registry's best kernel and cuDNN on the dev suite's layers) into
 #             $WORK/halo_weight_probe (BUILD=0: it compiles only the registry's best kernels it needs).
+#   profiles: Nsight Compute profiles of PROFILES ("kernel@problem-key ...", bench/gpu/profiles.sh's list by default;
+#             PROFILE_TIMEOUT s each, default 60) from the default registry, then every kernel GPU test (TESTS=0: not;
+#             TESTS_K: a pytest -k expression) in the time left.
 #   dev:      the dev suite (../shared/bench/dev_suite.json), every default kernel and cuDNN (DEV_ARGS: e.g.
 #             --oracle-only), and its
 #             report.
@@ -127,7 +130,7 @@ complete_new() {
     --cache-dir "$3" --out "$WORK/complete_new_${kind}_$d" >> "$WORK/logs/complete_new_${kind}_$d.txt" 2>&1
   echo "complete new $kind $d rc $?"; grep -E "^bench: completing" "$WORK/logs/complete_new_${kind}_$d.txt" | tail -1; tail -1 "$WORK/logs/complete_new_${kind}_$d.txt"
 }
-case ${1:?synth, complete, torch, planar, multiplier, refresh, new, probe, configs, l1, dwrow, dwrun, dwrun_data, dwrun_pair, dwrun_unroll, flat, harness, held, halo, halo_weight, tests, variants or dev} in
+case ${1:?synth, complete, torch, planar, multiplier, refresh, new, probe, configs, l1, dwrow, dwrun, dwrun_data, dwrun_pair, dwrun_unroll, flat, harness, held, halo, halo_weight, profiles, tests, variants or dev} in
   synth) synth ;;
   complete)
     M=models/data/measured
@@ -276,6 +279,13 @@ print(json.dumps([p.to_dict() for p in s(100, seed=7) if p.c_per_group == 1 and 
     echo "held rc $?"; tail -2 "$WORK/logs/held_probe.txt"
     if [ -n "${PROFILES:-}" ] && [ "$(left)" -gt 90 ]; then
       REPO=$PWD REGISTRY=/tmp/held_registry timeout $(( $(left) - 15 )) bash bench/gpu/profiles.sh
+    fi
+    ;;
+  profiles)
+    REPO=$PWD REGISTRY=$REG PROFILE_TIMEOUT=${PROFILE_TIMEOUT:-60} timeout "$(left)" bash bench/gpu/profiles.sh
+    if [ "${TESTS:-1}" != 0 ] && [ "$(left)" -gt 60 ]; then
+      TILEDISPATCH_TEST_REGISTRY="$REG" timeout "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_gpu.py ${TESTS_K:+-k "$TESTS_K"} > "$WORK/logs/gpu_tests_kernels.txt" 2>&1
+      tail -3 "$WORK/logs/gpu_tests_kernels.txt"
     fi
     ;;
   tests)
