@@ -3,7 +3,7 @@
 the kernels a probe's JSON lists (``{"kernels": [name, ...]}``).
 
     python bench/gpu/build_new.py DIR fwd bwd_data
-    python bench/gpu/build_new.py DIR bench/gpu/store_probe_kernels.json
+    python bench/gpu/build_new.py DIR KERNELS.json
 """
 
 from __future__ import annotations

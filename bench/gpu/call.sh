@@ -64,9 +64,6 @@
 #   profiles: Nsight Compute profiles of PROFILES ("kernel@problem-key ...", bench/gpu/profiles.sh's list by default;
 #             PROFILE_TIMEOUT s each, default 60) from the default registry, then every kernel GPU test (TESTS=0: not;
 #             TESTS_K: a pytest -k expression) in the time left.
-#   store:    igemm / gmerge backward-weight kernels (bench/gpu/store_probe_kernels.json) with the merged split partials
-#             stored down the rows and along the channels, each built and timed with cuDNN by td bench on
-#             bench/gpu/store_probe_problems.json (BUILD=0: not the default registry); then TESTS_K's GPU tests.
 #   dev:      the dev suite (../shared/bench/dev_suite.json), every default kernel and cuDNN (DEV_ARGS: e.g.
 #             --oracle-only), and its
 #             report.
@@ -133,7 +130,7 @@ complete_new() {
     --cache-dir "$3" --out "$WORK/complete_new_${kind}_$d" >> "$WORK/logs/complete_new_${kind}_$d.txt" 2>&1
   echo "complete new $kind $d rc $?"; grep -E "^bench: completing" "$WORK/logs/complete_new_${kind}_$d.txt" | tail -1; tail -1 "$WORK/logs/complete_new_${kind}_$d.txt"
 }
-case ${1:?synth, complete, torch, planar, multiplier, refresh, new, probe, configs, l1, dwrow, dwrun, dwrun_data, dwrun_pair, dwrun_unroll, flat, harness, held, halo, halo_weight, profiles, store, tests, variants or dev} in
+case ${1:?synth, complete, torch, planar, multiplier, refresh, new, probe, configs, l1, dwrow, dwrun, dwrun_data, dwrun_pair, dwrun_unroll, flat, harness, held, halo, halo_weight, profiles, tests, variants or dev} in
   synth) synth ;;
   complete)
     M=models/data/measured
@@ -282,22 +279,6 @@ print(json.dumps([p.to_dict() for p in s(100, seed=7) if p.c_per_group == 1 and 
     echo "held rc $?"; tail -2 "$WORK/logs/held_probe.txt"
     if [ -n "${PROFILES:-}" ] && [ "$(left)" -gt 90 ]; then
       REPO=$PWD REGISTRY=/tmp/held_registry timeout $(( $(left) - 15 )) bash bench/gpu/profiles.sh
-    fi
-    ;;
-  store)
-    # igemm / gmerge backward-weight with the merged split partials stored down the rows (the code before session
-    # 30: TILEDISPATCH_PROBE_ROW_STORES=1) and along the channels (0): bench/gpu/store_probe_kernels.json built per
-    # variant and timed by td bench with cuDNN on bench/gpu/store_probe_problems.json (a process a variant: the
-    # switch is a compile-time global); then TESTS_K's kernel GPU tests (along the channels).
-    for v in 1 0; do
-      TILEDISPATCH_PROBE_ROW_STORES=$v python3 bench/gpu/build_new.py "$WORK/registry_store_$v" bench/gpu/store_probe_kernels.json 2>&1 | tail -c 300
-      TILEDISPATCH_PROBE_ROW_STORES=$v timeout "$(left)" td bench --problems bench/gpu/store_probe_problems.json \
-        --direction bwd_weight --cache-dir "$WORK/registry_store_$v" --out "$WORK/store_$v" > "$WORK/logs/bench_store_$v.txt" 2>&1
-      echo "store $v rc $?"; tail -1 "$WORK/logs/bench_store_$v.txt"
-    done
-    if [ -n "${TESTS_K:-}" ] && [ "$(left)" -gt 45 ]; then
-      TILEDISPATCH_TEST_REGISTRY="$WORK/test_registry" timeout "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider \
-        tests/kernels/test_gpu.py -k "$TESTS_K" > "$WORK/logs/gpu_tests_store.txt" 2>&1; tail -3 "$WORK/logs/gpu_tests_store.txt"
     fi
     ;;
   profiles)

@@ -16,6 +16,12 @@ walk is padded to a multiple of ``F_H`` steps (masked loads and stores past the 
 ``_dwrun_data_kernel``'s (``native/kernels/dwrun.py``): ``Y[n, o_h, o_w, k] = Σ_{t_h, t_w} W[k, t_h, t_w] ·
 X[n, o_h − p_h + t_h, o_w − p_w + t_w, k]``, no GEMM (C/G = K/G = 1: CUDA-core FMAs).
 
+Measured (H200, session 30, ``bench/results/2026-11-28_h200_s30/probe_dwrun_unroll_call4``): not kept. The 4-column
+tile unrolled runs as fast as rolled (0.98–1.00× on the 56² and 28² layers, 0.81–0.83× on 14²): the moves were not
+the limit. Runs of 7–14 columns cut the instructions per FMA 1.2× but hold 190–255 registers and lose 25–60 % at
+batch 32; only ConvNeXt-T's batch-128 stage-1 layer gains (7-column runs, 1.10–1.12×). Nsight Compute of the rolled
+kernel: 73 % of the issue slots busy with 2.8 warps a scheduler — issue-bound on the loads' address and mask work.
+
 Usage (GPU machine): ``python bench/gpu/dwrun_unroll_probe.py --out DIR`` (``--compile-only``: compile every tile for
 sm_90 here and print registers, spills and the loop's instruction mix; no GPU). Writes ``DIR/dwrun_unroll.csv`` (one
 row per problem × kernel: status, relative error, µs, registers) and ``DIR/dwrun_unroll.json`` (environment).

@@ -19,6 +19,10 @@ Only the block-diagonal parts (``k // (K/G) == c // (C/G)``) are dW; each split 
 workspace ``[SPLITS, G, K/G, 3, 3, C/G]``, and the probe sums the slices (deterministic, ``torch.sum``) into dW.
 Three accumulators of 64×64 fp32 on one warpgroup: 96 registers a thread.
 
+Measured (H200, session 30, ``bench/results/2026-11-28_h200_s30/probe_halo_weight_call2``): not built into a family.
+1.10× the registry's best on the one layer whose groups fill the tile (g8 C/G 56: 73.5 vs 80.5 µs), 0.72–0.77× on
+the ResNeXt layers (C/G 4–32: up to 15/16 of each merged 64×64 wgmma is off the block diagonal), 0.25× at batch 1.
+
 Usage (GPU machine): ``python bench/gpu/halo_weight_probe.py --out DIR``; on a machine without a GPU,
 ``--compile-only`` compiles every probed variant for sm_90 and prints its resources, and ``--emulate`` replays the
 walk in NumPy (float64) against the reference on small problems (the index arithmetic, not the kernel).

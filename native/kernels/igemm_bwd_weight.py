@@ -50,7 +50,6 @@ Grid: axis 0 = (m, tap × n) tiles (GROUP_M-swizzled), axis 1 = group block, axi
 from __future__ import annotations
 
 import math
-import os
 
 import triton
 import triton.language as tl
@@ -73,9 +72,6 @@ from tiledispatch.native.kernels.split_reduce import (
 )
 from tiledispatch.native.kernels.tiles import grouped_tile
 from tiledispatch.native.problem import ConvProblem, Direction, DType
-
-#: Probe switch (session 30; removed once measured): "1" stores the merged split partials down the rows, as before.
-_ROW_STORES = tl.constexpr(os.environ.get("TILEDISPATCH_PROBE_ROW_STORES") == "1")
 
 _SIZE_PARAMS = ("BATCH", "GROUPS", "CG", "KG", "IN_D", "IN_H", "IN_W", "OUT_D", "OUT_H", "OUT_W",
                 "F_D", "F_H", "F_W", "STR_D", "STR_H", "STR_W", "DIL_D", "DIL_H", "DIL_W",
@@ -257,29 +253,21 @@ def _igemm_bwd_weight_kernel(
         acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
 
     # dW[g0 + m // (K/G), m % (K/G), tap, j % (C/G)] sits at ((g0·K/G + m)·taps + tap)·C/G + j % (C/G). On the
-    # stored (block-diagonal) entries j // (C/G) = m // (K/G), so that is a row term minus (m // (K/G))·C/G plus j:
-    # offsets contiguous along j, which Triton's coalescing sees (threads along the channels, whole sectors);
-    # ``j % (C/G)`` in the column term hid it, and the stores ran down the rows, one 4-byte store a sector
-    # (Nsight Compute, H200: 4 of 32 bytes a sector on the dilation-2 gmerge tile).
+    # stored (block-diagonal) entries j // (C/G) = m // (K/G), so that is a row term less (m // (K/G))·C/G, plus j:
+    # offsets contiguous along j, which Triton's coalescing sees (threads along the channels, whole sectors).
+    # Written with ``j % (C/G)`` in the column term, the stores ran down the rows, one 4-byte store a sector
+    # (Nsight Compute, H200), and the merged kernels were up to 1.38x slower (the dilation-2 layer's best
+    # 50.5 -> 36.6 us, the 3D grouped one's 78.8 -> 71.3; bench/results/2026-11-28_h200_s30/store_probe).
     out_mask = k_ok[:, None] & c_ok[None, :]
     w_row = ((k0 + ks) * taps + tap) * CG
-    if _ROW_STORES:
-        if MERGE == 1:
-            c_in_group = cs
-        else:
-            c_group = cs // CG
-            c_in_group = cs - c_group * CG
-            out_mask = out_mask & ((ks // KG)[:, None] == c_group[None, :])
-    else:
-        c_in_group = cs
-        if MERGE > 1:
-            out_mask = out_mask & ((ks // KG)[:, None] == (cs // CG)[None, :])
-            w_row -= (ks // KG) * CG
+    if MERGE > 1:
+        out_mask = out_mask & ((ks // KG)[:, None] == (cs // CG)[None, :])
+        w_row -= (ks // KG) * CG
     if INDEX64:
         w_row = w_row.to(tl.int64)
     if SPLIT_K > 1:  # this split's slice of the fp32 workspace [SPLIT_K, weight elements]
         out_ptr += split.to(tl.int64) * (K_TOTAL * taps * CG)
-    out_ptrs = out_ptr + (w_row[:, None] + c_in_group[None, :])
+    out_ptrs = out_ptr + (w_row[:, None] + cs[None, :])
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=out_mask)
 
 
