@@ -170,6 +170,9 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
         if family is Family.DWRUN:  # forward / backward-data: 2D, unsplit
             if not bwd_weight and ndim != 2:
                 continue
+            if narrow:  # the default rule's own tables (34,560 combinations a slice otherwise, 12-76 kept)
+                yield from _dwrun_default_candidates(direction, dtype, ndim)
+                continue
             # forward / backward-data: rows through shared memory too (num_stages 3, 4), four channels a thread
             domains = (_DWRUN_RUN, _DWROLL_BLOCK_N, _DWROLL_FILTER_HEIGHTS, _DIRECT_WARPS,
                        (1, 2) if bwd_weight else (1, 2, 3, 4), _DWRUN_RUNS,
@@ -197,8 +200,30 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
             domains = ((32, 64, 128, 256), (16, 32, 64, 128, 256), (16, 32, 64), (4, 8), (1, 2, 3, 4), (8,),
                        (1, 4, 16, *WEIGHT_EXTRA_SPLITS) if bwd_weight else (1, *SPLIT_K_DATA_SPLITS),
                        tuple(m for m in merges if m <= 16), (1, 8), (False, True))
+            if family is Family.GMERGE:  # default's merged tiles: 64/128 x 32/64 x 32/64, 32-bit indices
+                domains = ((64, 128), (32, 64), (32, 64), *domains[3:9], (False,))
         for bm, bn, bk, warps, stages, gm, sk, mg, vec, i64 in itertools.product(*domains):
             yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, stages, gm, sk, mg, vec, i64)
+
+
+def _dwrun_default_candidates(direction: Direction, dtype: DType, ndim: int) -> Iterator[KernelConfig]:
+    """The dwrun configs :func:`_default_rule` can accept, from its tables: forward / backward-data the
+    :data:`DWRUN_DATA_TILES`; backward-weight the :func:`dwrun_default_tiles` at :data:`DWRUN_SPLITS` and the
+    unsplit 3×3 path (both stage counts: the rule keeps the dtype's)."""
+    family = Family.DWRUN
+    if direction is not Direction.BACKWARD_WEIGHT:
+        for height, tiles in DWRUN_DATA_TILES.items():
+            for run, block_n, warps, stages, runs, vec in tiles:
+                yield KernelConfig(direction, dtype, ndim, family, run, block_n, height, warps, stages, runs, 1, 1,
+                                   vec, False)
+        return
+    for height in DWRUN_WEIGHT_TILES:
+        for run, block_n, warps, stages, runs in dwrun_default_tiles(dtype, height):
+            for split in DWRUN_SPLITS:
+                yield KernelConfig(direction, dtype, ndim, family, run, block_n, height, warps, stages, runs, split,
+                                   1, 1, False)
+    for stages in (1, 2):
+        yield KernelConfig(direction, dtype, ndim, family, 7, 32, 3, 4, stages, 4, 1, 1, 1, False)
 
 
 def _dwroll_ok(config: KernelConfig) -> bool:

@@ -16,6 +16,9 @@ from tiledispatch.native.rules import (
     MAX_DWROLL_DATA_VALUES,
     MAX_DWROLL_WEIGHT_VALUES,
     RULE_SETS,
+    _candidates,
+    _default_rule,
+    _full_rule,
     rule_set_configs,
 )
 
@@ -312,3 +315,16 @@ def test_default_tensor_core_tiles_have_their_block_k_depth_and_only_the_measure
         if c.num_stages != primary[c.block_k]:
             seen.add(key)
     assert seen == set(STAGE_SIBLINGS)  # every sibling depth is built, none other
+
+
+@pytest.mark.parametrize("key", [(d, DType.BF16, 2) for d in Direction] + [(Direction.BACKWARD_WEIGHT, DType.BF16, 3)],
+                         ids=slice_id)
+def test_narrowed_candidates_lose_no_default_dwrun_or_gmerge_config(key):
+    # default and tiny draw dwrun and gmerge candidates from the default rule's own tables (a speed-up of the
+    # first Select of a process); filtering every combination the families' broad domains hold must give the same.
+    arch = get_arch("sm_90")
+    families = {Family.DWRUN, Family.GMERGE}
+    broad = {c.name for c in _candidates(*key, narrow=False)
+             if c.family in families and _full_rule(c, arch) and _default_rule(c)}
+    narrowed = {c.name for c in rule_slice("default", *key) if c.family in families}
+    assert broad and narrowed == broad
