@@ -40,9 +40,6 @@
 #   dwrun_stages: bench/gpu/dwrun_stages_probe.py (depthwise forward / backward-data, rows through shared memory and
 #             four channels a thread, beside default's dwrun kernels and cuDNN) into $WORK/dwrun_stages_probe; then
 #             TESTS_K's tests.
-#   dwrun_unroll: bench/gpu/dwrun_unroll_probe.py (7x7 depthwise forward / backward-data, the output-row window
-#             unrolled F_H steps an iteration, beside default's dwrun kernels and cuDNN) into $WORK/dwrun_unroll_probe
-#             (BUILD=0: it builds its own baseline); then TESTS_K's tests.
 #   flat:     bench/gpu/flat_probe.py (backward-weight tensor-core kernels, one accumulator per split against the
 #             chunked program, same binaries, with cuDNN) into $WORK/flat_probe; then TESTS_K's kernel GPU tests when set.
 #   harness:  bench/gpu/harness_check.py (the same kernels timed as the sweep and as the probes time them, in one
@@ -130,7 +127,7 @@ complete_new() {
     --cache-dir "$3" --out "$WORK/complete_new_${kind}_$d" >> "$WORK/logs/complete_new_${kind}_$d.txt" 2>&1
   echo "complete new $kind $d rc $?"; grep -E "^bench: completing" "$WORK/logs/complete_new_${kind}_$d.txt" | tail -1; tail -1 "$WORK/logs/complete_new_${kind}_$d.txt"
 }
-case ${1:?synth, complete, torch, planar, multiplier, refresh, new, probe, configs, l1, dwrow, dwrun, dwrun_data, dwrun_pair, dwrun_unroll, flat, harness, held, halo, halo_weight, profiles, tests, variants or dev} in
+case ${1:?synth, complete, torch, planar, multiplier, refresh, new, probe, configs, l1, dwrow, dwrun, dwrun_data, dwrun_pair, flat, harness, held, halo, halo_weight, profiles, tests, variants or dev} in
   synth) synth ;;
   complete)
     M=models/data/measured
@@ -257,7 +254,7 @@ print(json.dumps([p.to_dict() for p in s(100, seed=7) if p.c_per_group == 1 and 
     timeout "$(left)" python3 bench/gpu/config_probe.py --out "$WORK/l1_probe" > "$WORK/logs/l1_probe.txt" 2>&1
     echo "l1 rc $?"; grep -c " ok " "$WORK/logs/l1_probe.txt"; head -2 "$WORK/logs/l1_probe.txt"
     ;;
-  dwrow|flat|dwrun|dwrun_data|dwrun_pair|dwrun_stages|dwrun_unroll) probe_then_tests "$1" ;;
+  dwrow|flat|dwrun|dwrun_data|dwrun_pair|dwrun_stages) probe_then_tests "$1" ;;
   halo)
     timeout "$(left)" python3 bench/gpu/halo_probe.py --out "$WORK/halo_probe" > "$WORK/logs/halo_probe.txt" 2>&1
     echo "halo rc $?"; tail -3 "$WORK/logs/halo_probe.txt"

@@ -110,11 +110,11 @@ def default_kernels(problem: ConvProblem, family) -> list[KernelConfig]:
             if c.family is family and is_supported(problem, c)]
 
 
-def probe_kernels_and_cudnn(problems, plan, cache: Path, workers: int, out: Path, stem: str, extra=None) -> int:
+def probe_kernels_and_cudnn(problems, plan, cache: Path, workers: int, out: Path, stem: str) -> int:
     """The kernel probes' whole run: build every config of ``plan`` (problem key → (new configs, baseline
     configs)) into ``cache``, then per problem time cuDNN (``cudnn.benchmark=True``), the baseline configs and
     the new ones into ``out/<stem>.csv`` (a config whose build failed or spilled is printed with its status, not
-    timed); ``extra(problem, setup, rows)``: a probe's own kernels, timed after them into the same rows."""
+    timed)."""
     from tiledispatch.native.bench import _cudnn_call, new_setup
 
     built, registry, settings, probe = start_probe([c for new, base in plan.values() for c in new + base],
@@ -136,7 +136,5 @@ def probe_kernels_and_cudnn(problems, plan, cache: Path, workers: int, out: Path
             call = compiled_call(problem, config, setup, loader)
             probe.record(problem, setup, config.name, call, registers=result.registers if result else 0,
                          stack_bytes=result.stack_bytes if result else 0)
-        if extra is not None:
-            extra(problem, setup, probe)
         del setup
     return 0
