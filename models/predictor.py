@@ -356,11 +356,14 @@ def load_all(models_dir: Path | str) -> tuple[list[TrainedPredictor], dict[str, 
     return loaded, failed
 
 
-def load_newest(models_dir: Path | str) -> tuple[list[TrainedPredictor], dict[str, str]]:
+def load_newest(models_dir: Path | str, dtype: DType | None = None,
+                direction: Direction | None = None) -> tuple[list[TrainedPredictor], dict[str, str]]:
     """The newest version of every model under ``<models_dir>/<name>/<version>/`` that loads (an older
     one where the newer fail), and the reason for each folder tried that did not. What a process that
     only ranks with the newest versions needs: loading every version (55 folders, 14 s on a 2-core CPU)
-    made the first local ``Select`` of a PyTorch process wait for models it never uses."""
+    made the first local ``Select`` of a PyTorch process wait for models it never uses. ``dtype`` /
+    ``direction``: only the models trained for them (read from each version's ``feature_spec.json``
+    before its forests), so a process loads a direction's model when it first ranks that direction."""
     loaded, failed = [], {}
     versions: dict[Path, list[Path]] = {}
     for folder in (p.parent for p in Path(models_dir).glob("*/*/feature_spec.json")):
@@ -368,11 +371,22 @@ def load_newest(models_dir: Path | str) -> tuple[list[TrainedPredictor], dict[st
     for name in sorted(versions):
         for folder in sorted(versions[name], key=lambda f: version_key(f.name), reverse=True):
             try:
+                if not _spec_matches(folder, dtype, direction):
+                    break  # (a model's versions share its dtype and direction)
                 loaded.append(load(folder))
                 break
             except (ModelLoadError, ImportError, OSError, ValueError) as error:
                 failed[str(folder)] = str(error)
     return loaded, failed
+
+
+def _spec_matches(folder: Path, dtype: DType | None, direction: Direction | None) -> bool:
+    """Whether the model in ``folder`` was trained for ``dtype`` and ``direction`` (None: any)."""
+    if dtype is None and direction is None:
+        return True
+    spec = _read_json(folder / "feature_spec.json")
+    return ((dtype is None or DType.parse(spec.get("dtype", "")) is dtype)
+            and (direction is None or Direction.parse(spec.get("direction", "")) is direction))
 
 
 def newest_covering(models: Iterable[TrainedPredictor], targets: Iterable[str], dtype: DType,

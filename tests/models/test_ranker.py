@@ -152,6 +152,26 @@ def test_load_newest_takes_one_version_a_model_and_falls_back_past_a_damaged_one
     assert [m.folder.name for m in loaded] == ["9"] and "ranker.txt: missing" in failed[str(newer)]
 
 
+def test_load_newest_for_a_dtype_and_direction_reads_no_other_model(ranker_artifact, tmp_path):
+    from tiledispatch.models.predictor import load_newest
+    from tiledispatch.native.problem import Direction, DType
+
+    own = _copy(ranker_artifact, tmp_path)
+    spec = json.loads((own / "feature_spec.json").read_text())
+    other = tmp_path / "models" / "lgbm-other" / "1"
+    shutil.copytree(ranker_artifact, other)
+    other_direction = next(d for d in Direction if d.value != spec["direction"])
+    (other / "feature_spec.json").write_text(json.dumps({**spec, "direction": other_direction.value}))
+    (other / RANKER_FILE).write_text("not a model\n")  # read, it would be reported as a failure
+    dtype, direction = DType.parse(spec["dtype"]), Direction.parse(spec["direction"])
+    loaded, failed = load_newest(tmp_path / "models", dtype, direction)
+    assert [m.folder for m in loaded] == [own] and failed == {}
+    loaded, failed = load_newest(tmp_path / "models", dtype, other_direction)
+    assert loaded == [] and list(failed) == [str(other)]
+    loaded, failed = load_newest(tmp_path / "models", DType.FP32 if dtype is not DType.FP32 else DType.BF16)
+    assert loaded == [] and failed == {}
+
+
 @pytest.mark.parametrize("damage, message", [
     (lambda text: "not a model\n", r"ranker\.txt: no feature_names line"),
     # a truncated copy: LightGBM itself would abort the process (no exception to catch)

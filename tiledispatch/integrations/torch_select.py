@@ -35,7 +35,7 @@ import numpy as np
 
 from tiledispatch.native.arch import ArchSpec, get_arch
 from tiledispatch.native.configs import ConfigError, KernelConfig, parse_kernel_name
-from tiledispatch.native.problem import ConvProblem
+from tiledispatch.native.problem import ConvProblem, Direction, DType
 from tiledispatch.native.support import is_supported
 
 log = logging.getLogger("tiledispatch.integrations")
@@ -118,7 +118,7 @@ class KernelSelector:
         self._available = available
         self._predictor = predictor
         self._given_predictor = predictor is not None
-        self._trained: list[Any] | None = None
+        self._trained: dict[tuple[DType, Direction], list[Any]] = {}
         self.timeout_s = float(timeout_s if timeout_s is not None else
                                os.environ.get("TILEDISPATCH_SELECT_TIMEOUT_S") or DEFAULT_TIMEOUT_S)
         self.top_k = top_k
@@ -127,6 +127,7 @@ class KernelSelector:
         self._client_options = dict(client_options or {})
         self._cache: dict[str, Choice] = {}
         self._lock = threading.Lock()
+        self._load_lock = threading.Lock()
         self._remote_down_until = 0.0
         self._warned: set[str] = set()
         self.stats = SelectionStats()
@@ -177,21 +178,28 @@ class KernelSelector:
         covering (arch, dtype, direction), else the analytic model."""
         if self._given_predictor:
             return self.predictor
-        if self._trained is None:
-            self._trained = self._load_trained()
+        key = (problem.dtype, problem.direction)
+        with self._load_lock:  # (not self._lock: cached lookups must not wait for a model's load)
+            if key not in self._trained:
+                self._trained[key] = self._load_trained(*key)
+            trained = self._trained[key]
+        if not trained:
+            return self.predictor
         from tiledispatch.models.predictor import newest_covering
 
-        model = newest_covering(self._trained, (self.spec.arch, self.spec.name), problem.dtype, problem.direction)
+        model = newest_covering(trained, (self.spec.arch, self.spec.name), problem.dtype, problem.direction)
         return model or self.predictor
 
-    def _load_trained(self) -> list[Any]:
+    def _load_trained(self, dtype: DType, direction: Direction) -> list[Any]:
+        """The newest shipped models of (dtype, direction), loaded when this process first ranks it."""
         try:
             from tiledispatch.models.predictor import load_newest, packaged_models_dir
         except ImportError as error:  # numpy-only install without the models package's needs
             log.info("tiledispatch: no trained models (%s); ranking with the analytic model", error)
             return []
         models_dir = os.environ.get("TILEDISPATCH_MODELS_DIR") or packaged_models_dir()
-        loaded, failed = load_newest(models_dir)  # (only the newest version of a model ranks)
+        # (only the newest version of a model ranks)
+        loaded, failed = load_newest(models_dir, dtype, direction)
         for folder, reason in failed.items():
             log.warning("tiledispatch: model %s not loaded (%s); it is not used for local ranking", folder, reason)
         return loaded
