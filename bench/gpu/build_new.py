@@ -1,9 +1,7 @@
 """Build only the ``new_kernels`` of ``bench/gpu/refresh_sets.json`` for the given directions into a registry folder
-(seconds, where the whole rule set takes minutes): what ``call.sh new`` completes the measured folders with; or
-the kernels a probe's JSON lists (``{"kernels": [name, ...]}``).
+(seconds, where the whole rule set takes minutes): what ``call.sh new`` completes the measured folders with.
 
     python bench/gpu/build_new.py DIR fwd bwd_data
-    python bench/gpu/build_new.py DIR KERNELS.json
 """
 
 from __future__ import annotations
@@ -21,11 +19,8 @@ SETS = Path(__file__).with_name("refresh_sets.json")
 
 def main(argv: list[str]) -> int:
     cache, directions = argv[0], argv[1:]
-    if len(directions) == 1 and directions[0].endswith(".json"):
-        names = json.loads(Path(directions[0]).read_text())["kernels"]
-    else:
-        sets = json.loads(SETS.read_text())["sets"]
-        names = [name for direction in directions for name in sets[direction]["new_kernels"]]
+    sets = json.loads(SETS.read_text())["sets"]
+    names = [name for direction in directions for name in sets[direction]["new_kernels"]]
     results = build([parse_kernel_name(name) for name in names], arch="sm_90", cache_dir=cache,
                     workers=os.cpu_count() or 4)
     print("built", len(results), "new kernels:", {r.kernel: r.status for r in results}, flush=True)
