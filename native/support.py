@@ -168,14 +168,13 @@ def _gwalk_refusal(problem: ConvProblem, config: KernelConfig) -> str:
 
 
 def _halo_refusal(problem: ConvProblem, config: KernelConfig) -> str:
-    """Why a ``halo`` kernel cannot run the problem ('' when it can): a 3×3 filter, stride 1 and dilation 1
-    (compiled into the walk), whole merged group blocks within the config's channel tiles (the 8-divisible
-    channel runs are checked above), 32-bit offsets (refused above for i32 configs)."""
+    """Why a ``halo`` kernel cannot run the problem ('' when it can): a 3×3 filter, stride 1 (compiled into the
+    walk; any dilation: halo_tiling.py's residue classes), whole merged group blocks within the config's channel
+    tiles (the 8-divisible channel runs are checked above), 32-bit offsets (refused above for i32 configs)."""
     if tuple(problem.filter_size) != (3, 3):
         return f"filter_size: halo kernels run 3x3 filters, got {list(problem.filter_size)}"
-    if any(s != 1 for s in problem.stride) or any(d != 1 for d in problem.dilation):
-        return (f"stride/dilation: halo kernels need stride 1 and dilation 1, got stride {list(problem.stride)}, "
-                f"dilation {list(problem.dilation)}")
+    if any(s != 1 for s in problem.stride):
+        return f"stride: halo kernels need stride 1, got {list(problem.stride)}"
     if problem.groups % config.merge:
         return f"groups: halo merges {config.merge} groups per program, problem has {problem.groups}"
     return _merged_tile_refusal(problem, config)

@@ -45,7 +45,7 @@
 #   harness:  bench/gpu/harness_check.py (the same kernels timed as the sweep and as the probes time them, in one
 #             process) into $WORK/harness, then td bench on its problems and registry (the sweep's worker) (BUILD=0).
 #   variants: for each value v of $VARIANTS, export $VARIANT_ENV=v (a source switch a probe commit carries), build
-#             the default registry again (only the switched kernels compile) and bench the dev suite with
+#             the default registry again (only the switched kernels compile; BUILD_ARGS: a part of it) and bench the dev suite with
 #             $VARIANT_ARGS (e.g. --direction bwd_weight --families igemm,gmerge,gemm1x1) into $WORK/variant_v.
 #   planar:   3D problems that are 2D ones: kernel and PyTorch GPU tests on them (TESTS=0: none; KERNEL_TESTS=0: not
 #             the kernels'; TORCH_TESTS: the PyTorch ones' -k), then (SWEEP=0: not) the 29 3D problems of the seed-7
@@ -214,7 +214,8 @@ print(json.dumps([p.to_dict() for p in s(100, seed=7) if p.c_per_group == 1 and 
   variants)
     for v in ${VARIANTS:?}; do
       export "${VARIANT_ENV:?}=$v"
-      ( time td registry build --rule-set default --arch sm_90 --workers "$(nproc)" --cache-dir "$REG" --allow-failures ) > "$WORK/logs/build_$v.txt" 2>&1
+      # shellcheck disable=SC2086
+      ( time td registry build --rule-set default ${BUILD_ARGS:-} --arch sm_90 --workers "$(nproc)" --cache-dir "$REG" --allow-failures ) > "$WORK/logs/build_$v.txt" 2>&1
       grep -v "^\s*\[" "$WORK/logs/build_$v.txt" | tail -3
       # shellcheck disable=SC2086
       timeout "$(left)" td bench --problems "$TILEDISPATCH_SHARED_DIR/bench/dev_suite.json" ${VARIANT_ARGS:-} --cache-dir "$REG" \

@@ -37,6 +37,7 @@ block-diagonal taps) against the float64 reference; the GPU tests run the kernel
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from triton.experimental import gluon
@@ -53,30 +54,31 @@ from tiledispatch.native.problem import ConvProblem, Direction
 #: it 4; ``emulate`` and ``KernelConfig.smem_bytes_estimate`` use the same count).
 RING = 4
 
-_SIZE_PARAMS = ("BATCH", "H", "W", "C_TOTAL", "K_TOTAL", "OH", "OW", "PAD_H", "PAD_W", "RG", "OG", "WP",
-                "ROW_CHUNKS", "COL_BLOCKS")
+_SIZE_PARAMS = ("BATCH", "H", "W", "C_TOTAL", "K_TOTAL", "OH", "OW", "PAD_H", "PAD_W", "DIL_H", "DIL_W", "RG", "OG",
+                "WP", "ROW_CHUNKS", "COL_BLOCKS")
 
 
 @gluon.jit
-def _issue_row(ring, x_ptr, pixel_base, image_ok, iw, chan_ok, q, ih0, H, W, C_TOTAL, ROW_LIMIT):
-    """cp.async input row ``ih0 + q`` of every stream, once per column shift, into ring slot ``q mod 4``
-    (zeros where the row, column or channel is outside the tensor, or the row is past the chunk's window)."""
-    ih = ih0 + q
+def _issue_row(ring, x_ptr, pixel_base, image_ok, iw, chan_ok, q, ih0, H, W, C_TOTAL, DIL_H, DIL_W, ROW_LIMIT):
+    """cp.async input row ``ih0 + q·d_h`` of every stream, once per column shift (``d_w`` columns apart), into
+    ring slot ``q mod 4`` (zeros where the row, column or channel is outside the tensor, or the row is past the
+    chunk's window)."""
+    ih = ih0 + q * DIL_H
     row_ok = (ih >= 0) & (ih < H) & (q < ROW_LIMIT)
     row_offset = ih.to(gl.int64) * W * C_TOTAL
     for shift in gl.static_range(3):
-        col_ok = image_ok & (iw + shift >= 0) & (iw + shift < W)
+        col_ok = image_ok & (iw + shift * DIL_W >= 0) & (iw + shift * DIL_W < W)
         async_copy.async_copy_global_to_shared(ring.index(shift * 4 + q % 4),
-                                               x_ptr + (pixel_base + shift * C_TOTAL + row_offset),
+                                               x_ptr + (pixel_base + shift * DIL_W * C_TOTAL + row_offset),
                                                col_ok[:, None] & chan_ok & row_ok)
 
 
 @gluon.jit
 def _halo_kernel(
     x_ptr, w_ptr, y_ptr,
-    BATCH, H, W, C_TOTAL, K_TOTAL, OH, OW, PAD_H, PAD_W, RG, OG, WP, ROW_CHUNKS, COL_BLOCKS,
+    BATCH, H, W, C_TOTAL, K_TOTAL, OH, OW, PAD_H, PAD_W, DIL_H, DIL_W, RG, OG, WP, ROW_CHUNKS, COL_BLOCKS,
     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, MERGE: gl.constexpr,
-    ROWS: gl.constexpr, BACKWARD_DATA: gl.constexpr, num_warps: gl.constexpr,
+    ROWS: gl.constexpr, BACKWARD_DATA: gl.constexpr, OVERLAP: gl.constexpr, num_warps: gl.constexpr,
 ):
     """X: the walked tensor (forward X, backward-data dY) [BATCH, H, W, C_TOTAL]; Y: the written one
     [BATCH, OH, OW, K_TOTAL]; RG / OG: its reduction / output channels per group; W: GKYXC."""
@@ -88,13 +90,17 @@ def _halo_kernel(
     BLOCK_OG = (MERGE * OG // 8) * 8
     dtype: gl.constexpr = x_ptr.dtype.element_ty
 
+    # The program's residue class (r_h, r_w) and its sub-grid origin (oh0, ow0): it writes output rows
+    # r_h + d_h·(oh0 + j) and columns r_w + d_w·(ow0 + m mod WP) (halo_tiling.py).
     pid = gl.program_id(0)
     col_block = pid % COL_BLOCKS
     rest = pid // COL_BLOCKS
     row_chunk = rest % ROW_CHUNKS
     image0 = (rest // ROW_CHUNKS) * (BLOCK_M // WP)
-    oh0 = row_chunk * ROWS
-    ow0 = col_block * (WP - 2)
+    res_h = row_chunk % DIL_H
+    res_w = col_block % DIL_W
+    oh0 = (row_chunk // DIL_H) * ROWS
+    ow0 = (col_block // DIL_W) * WP
     c0 = gl.program_id(1) * BLOCK_RG
     k0 = gl.program_id(1) * BLOCK_OG
 
@@ -104,18 +110,18 @@ def _halo_kernel(
     m_in = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, load_layout))
     chans = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, load_layout))
     image_in = image0 + m_in // WP
-    iw = ow0 - PAD_W + m_in % WP
+    iw = res_w - PAD_W + (ow0 + m_in % WP) * DIL_W
     pixel_base = ((image_in.to(gl.int64) * H * W + iw) * C_TOTAL)[:, None] + (c0 + chans)[None, :]
     chan_ok = (chans < BLOCK_RG)[None, :]
     image_ok = image_in < BATCH
-    ih0 = oh0 - PAD_H
+    ih0 = res_h - PAD_H + oh0 * DIL_H
     row_limit = ROWS + 2
 
     # Input rows: 3 column shifts x RING slots, each a [BLOCK_M, BLOCK_K] wgmma A operand.
     a_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_K], dtype)
     ring = gl.allocate_shared_memory(dtype, [3 * 4, BLOCK_M, BLOCK_K], a_layout)
     for q in gl.static_range(3):
-        _issue_row(ring, x_ptr, pixel_base, image_ok, iw, chan_ok, q, ih0, H, W, C_TOTAL, row_limit)
+        _issue_row(ring, x_ptr, pixel_base, image_ok, iw, chan_ok, q, ih0, H, W, C_TOTAL, DIL_H, DIL_W, row_limit)
     async_copy.commit_group()
 
     # The nine tap matrices, block diagonal over the merged groups, zero padded to BLOCK_K x BLOCK_N.
@@ -142,30 +148,56 @@ def _halo_kernel(
     m_out = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, out_layout))
     n_out = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, out_layout))
     image_out = image0 + m_out // WP
-    ow = ow0 + m_out % WP
+    ow = res_w + (ow0 + m_out % WP) * DIL_W
     out_base = ((image_out.to(gl.int64) * OH * OW + ow) * K_TOTAL)[:, None] + (k0 + n_out)[None, :]
-    out_ok = ((image_out < BATCH) & (m_out % WP < WP - 2) & (ow < OW))[:, None] & (n_out < BLOCK_OG)[None, :]
+    out_ok = ((image_out < BATCH) & (ow < OW))[:, None] & (n_out < BLOCK_OG)[None, :]
 
-    previous = gl.zeros([BLOCK_M, BLOCK_N], dtype, layout=out_layout)
-    for j in range(ROWS):
-        # Prefetch the row step j + 1 adds to its window; its slot held the row step j - 1 finished with.
-        _issue_row(ring, x_ptr, pixel_base, image_ok, iw, chan_ok, j + 3, ih0, H, W, C_TOTAL, row_limit)
-        async_copy.commit_group()
-        async_copy.wait_group(1)
-        gl.thread_barrier()
-        fence_async_shared()
-        acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=mma_layout)
-        for tap in gl.static_range(9):
-            acc = warpgroup_mma(ring.index((tap % 3) * 4 + (j + tap // 3) % 4), taps.index(tap), acc,
-                                is_async=True)
-        # Row j - 1's result goes out while row j's wgmma chain runs.
-        oh_prev = oh0 + j - 1
-        gl.store(y_ptr + (out_base + oh_prev.to(gl.int64) * OW * K_TOTAL), previous,
-                 mask=out_ok & (oh_prev < OH) & (j > 0))
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        previous = gl.convert_layout(acc.to(dtype), out_layout)
-    oh_last = oh0 + ROWS - 1
-    gl.store(y_ptr + (out_base + oh_last.to(gl.int64) * OW * K_TOTAL), previous, mask=out_ok & (oh_last < OH))
+    row_pitch = DIL_H.to(gl.int64) * OW * K_TOTAL  # between the rows a walk writes
+    y_rows = y_ptr + (out_base + (res_h + oh0 * DIL_H).to(gl.int64) * OW * K_TOTAL)
+    if OVERLAP:
+        # Two rows' chains in flight: row j's wgmma chain is issued before row j - 1's is waited for, and row
+        # j - 1's conversion, its store and the copies of row j + 3 (into the slot row j - 1 read first) run
+        # under row j's chain.
+        previous = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=mma_layout)
+        for j in range(ROWS):
+            async_copy.wait_group(0)
+            gl.thread_barrier()
+            fence_async_shared()
+            acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=mma_layout)
+            for tap in gl.static_range(9):
+                acc = warpgroup_mma(ring.index((tap % 3) * 4 + (j + tap // 3) % 4), taps.index(tap), acc,
+                                    is_async=True)
+            previous, acc = warpgroup_mma_wait(num_outstanding=9, deps=(previous, acc))
+            _issue_row(ring, x_ptr, pixel_base, image_ok, iw, chan_ok, j + 3, ih0, H, W, C_TOTAL, DIL_H, DIL_W,
+                       row_limit)
+            async_copy.commit_group()
+            oh_prev = res_h + (oh0 + j - 1) * DIL_H
+            gl.store(y_rows + (j - 1) * row_pitch, gl.convert_layout(previous.to(dtype), out_layout),
+                     mask=out_ok & (oh_prev < OH) & (j > 0))
+            previous = acc
+        previous = gl.convert_layout(warpgroup_mma_wait(num_outstanding=0, deps=(previous,)).to(dtype),
+                                     out_layout)
+    else:
+        previous = gl.zeros([BLOCK_M, BLOCK_N], dtype, layout=out_layout)
+        for j in range(ROWS):
+            # Prefetch the row step j + 1 adds to its window; its slot held the row step j - 1 finished with.
+            _issue_row(ring, x_ptr, pixel_base, image_ok, iw, chan_ok, j + 3, ih0, H, W, C_TOTAL, DIL_H, DIL_W,
+                       row_limit)
+            async_copy.commit_group()
+            async_copy.wait_group(1)
+            gl.thread_barrier()
+            fence_async_shared()
+            acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=mma_layout)
+            for tap in gl.static_range(9):
+                acc = warpgroup_mma(ring.index((tap % 3) * 4 + (j + tap // 3) % 4), taps.index(tap), acc,
+                                    is_async=True)
+            # Row j - 1's result goes out while row j's wgmma chain runs.
+            oh_prev = res_h + (oh0 + j - 1) * DIL_H
+            gl.store(y_rows + (j - 1) * row_pitch, previous, mask=out_ok & (oh_prev < OH) & (j > 0))
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+            previous = gl.convert_layout(acc.to(dtype), out_layout)
+    oh_last = res_h + (oh0 + ROWS - 1) * DIL_H
+    gl.store(y_rows + (ROWS - 1) * row_pitch, previous, mask=out_ok & (oh_last < OH))
     async_copy.wait_group(0)
 
 
@@ -185,6 +217,8 @@ class HaloConvolution:
                        {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k,
                         "MERGE": config.merge, "ROWS": config.group_m,
                         "BACKWARD_DATA": self.direction is Direction.BACKWARD_DATA,
+                        # (probe switch, removed after its measurement)
+                        "OVERLAP": os.environ.get("TILEDISPATCH_HALO_OVERLAP", "0") == "1",
                         "num_warps": config.num_warps},
                        {"x_ptr": ptr, "w_ptr": ptr, "y_ptr": ptr, **{name: "i32" for name in _SIZE_PARAMS}},
                        config.num_warps, 1)
@@ -196,7 +230,8 @@ class HaloConvolution:
     def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
         geo = halo_geometry(problem, config)
         sizes = (problem.batch, geo["src_h"], geo["src_w"], geo["src_c"], geo["dst_c"], geo["dst_h"], geo["dst_w"],
-                 geo["pad_h"], geo["pad_w"], geo["rg"], geo["og"], geo["wp"], geo["row_chunks"], geo["col_blocks"])
+                 geo["pad_h"], geo["pad_w"], geo["dil_h"], geo["dil_w"], geo["rg"], geo["og"], geo["wp"],
+                 geo["row_chunks"], geo["col_blocks"])
         return [Launch("main", geo["grid"], (first, second, out, *sizes))]
 
 
@@ -217,11 +252,13 @@ def emulate(problem: ConvProblem, config: KernelConfig, first: Any, weight: Any)
     red = np.arange(config.block_k)
     col = np.arange(config.block_n)
     same_group = ((red // rg)[:, None] == (col // og)[None, :]) & (red < block_rg)[:, None] & (col < block_og)[None, :]
+    dil_h, dil_w = geo["dil_h"], geo["dil_w"]
     for pid in range(geo["grid"][0]):
         col_block, rest = pid % geo["col_blocks"], pid // geo["col_blocks"]
         row_chunk, image0 = rest % geo["row_chunks"], (rest // geo["row_chunks"]) * (config.block_m // wp)
-        oh0, ow0 = row_chunk * rows, col_block * (wp - 2)
-        image, iw = image0 + m // wp, ow0 - geo["pad_w"] + m % wp
+        res_h, res_w = row_chunk % dil_h, col_block % dil_w
+        oh0, ow0 = (row_chunk // dil_h) * rows, (col_block // dil_w) * wp
+        image, iw = image0 + m // wp, res_w - geo["pad_w"] + (ow0 + m % wp) * dil_w
         for block in range(geo["grid"][1]):
             c0, k0 = block * block_rg, block * block_og
             taps = np.zeros((9, config.block_k, config.block_n))
@@ -233,25 +270,26 @@ def emulate(problem: ConvProblem, config: KernelConfig, first: Any, weight: Any)
                 taps[tap] = np.where(same_group, values, 0.0)
             ring = np.zeros((3, RING, config.block_m, config.block_k))
 
-            def issue(q, ring=ring, image=image, iw=iw, oh0=oh0, c0=c0):
-                ih = oh0 - geo["pad_h"] + q
+            def issue(q, ring=ring, image=image, iw=iw, oh0=oh0, c0=c0, res_h=res_h):
+                ih = res_h - geo["pad_h"] + (oh0 + q) * dil_h
                 for shift in range(3):
                     tile = np.zeros((config.block_m, config.block_k))
+                    columns = iw + shift * dil_w
                     if 0 <= ih < geo["src_h"] and q < rows + 2:
-                        ok = (image < problem.batch) & (iw + shift >= 0) & (iw + shift < geo["src_w"])
+                        ok = (image < problem.batch) & (columns >= 0) & (columns < geo["src_w"])
                         chans = red < block_rg
                         rows_ok = np.flatnonzero(ok)
                         tile[np.ix_(rows_ok, np.flatnonzero(chans))] = x[image[rows_ok], ih][
-                            np.arange(len(rows_ok)), iw[rows_ok] + shift][:, c0 + red[chans]]
+                            np.arange(len(rows_ok)), columns[rows_ok]][:, c0 + red[chans]]
                     ring[shift, q % RING] = tile
             for q in range(3):
                 issue(q)
             for j in range(rows):
                 issue(j + 3)
                 acc = sum(ring[tap % 3, (j + tap // 3) % RING] @ taps[tap] for tap in range(9))
-                oh = oh0 + j
-                ow = ow0 + m % wp
-                keep = (image < problem.batch) & (m % wp < wp - 2) & (ow < geo["dst_w"])
+                oh = res_h + (oh0 + j) * dil_h
+                ow = res_w + (ow0 + m % wp) * dil_w
+                keep = (image < problem.batch) & (ow < geo["dst_w"])
                 if oh < geo["dst_h"]:
                     for row in np.flatnonzero(keep):
                         y[image[row], oh, ow[row], k0:k0 + block_og] = acc[row, :block_og]

@@ -29,10 +29,10 @@ def _config(direction: Direction, block_m: int, block: int, rows: int, merge: in
 
 
 def _problem(direction: Direction, batch: int, groups: int, cg: int, kg: int, size: tuple[int, int],
-             pad_begin: tuple[int, int], pad_end: tuple[int, int]) -> ConvProblem:
+             pad_begin: tuple[int, int], pad_end: tuple[int, int], dilation: tuple[int, int] = (1, 1)) -> ConvProblem:
     return ConvProblem(direction=direction, dtype=DType.BF16, batch=batch, groups=groups, in_channels=groups * cg,
                        out_channels=groups * kg, input_size=size, filter_size=(3, 3), stride=(1, 1),
-                       dilation=(1, 1), pad_begin=pad_begin, pad_end=pad_end)
+                       dilation=dilation, pad_begin=pad_begin, pad_end=pad_end)
 
 
 def _check(problem: ConvProblem, config: KernelConfig) -> None:
@@ -47,7 +47,7 @@ def _check(problem: ConvProblem, config: KernelConfig) -> None:
     assert error < 1e-12, f"{config.name} on {problem.key}: relative error {error:.3g}"
 
 
-# (label, batch, groups, C/G, K/G, size, pad_begin, pad_end, config (block_m, block, rows, merge))
+# (label, batch, groups, C/G, K/G, size, pad_begin, pad_end, config (block_m, block, rows, merge)[, dilation])
 CASES = [
     # ResNeXt-like: 4 groups of 8 merged, one stream of 32 columns per 64 rows x 2, walk shorter than the height
     ("merged_c8", 3, 8, 8, 8, (9, 11), (1, 1), (1, 1), (64, 32, 4, 4)),
@@ -65,27 +65,32 @@ CASES = [
     # 14 rows over 17 (the second chunk's walk runs past the image)
     ("walk_of_7", 2, 4, 8, 8, (14, 14), (1, 1), (1, 1), (64, 32, 7, 2)),
     ("walk_of_14", 1, 2, 16, 16, (17, 12), (1, 1), (1, 1), (64, 16, 14, 1)),
+    # dilation: 2 x 2 residue classes of a 64-wide layer's kind (odd sizes: classes of unequal length), the
+    # dilation of each axis its own (2 x 3, asymmetric pads), and a dilation past half the image (empty taps)
+    ("dilation_2", 2, 4, 8, 8, (13, 11), (2, 2), (2, 2), (64, 32, 4, 2), (2, 2)),
+    ("dilation_2x3", 1, 2, 8, 16, (12, 17), (1, 3), (3, 2), (64, 16, 7, 1), (2, 3)),
+    ("dilation_wide", 3, 2, 8, 8, (7, 9), (4, 4), (4, 4), (64, 16, 4, 2), (4, 4)),
 ]
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS, ids=lambda d: d.value)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
 def test_walk_matches_reference(case, direction):
-    _, batch, groups, cg, kg, size, pad_begin, pad_end, (block_m, block, rows, merge) = case
-    problem = _problem(direction, batch, groups, cg, kg, size, pad_begin, pad_end)
+    _, batch, groups, cg, kg, size, pad_begin, pad_end, (block_m, block, rows, merge), *dilation = case
+    problem = _problem(direction, batch, groups, cg, kg, size, pad_begin, pad_end, *dilation)
     _check(problem, _config(direction, block_m, block, rows, merge))
 
 
 def test_padded_width_fits_the_row_and_the_tile():
     width = halo_tiling.padded_width
-    assert width(28, 64) == 32 and width(56, 64) == 64 and width(14, 64) == 16
-    assert width(7, 64) == 16 and width(3, 64) == 8
+    assert width(28, 64) == 32 and width(56, 64) == 64 and width(14, 64) == 16 and width(64, 64) == 64
+    assert width(7, 64) == 8 and width(3, 64) == 4
     assert width(70, 64) == 64 and width(70, 128) == 128  # wider: column blocks
 
 
 @pytest.mark.parametrize("key, reason", [
-    ("fwd|bf16|2d|n2|g4|c32|k32|in9x9|f3x3|s2x2|d1x1|pb1x1|pe1x1", "stride/dilation"),
-    ("fwd|bf16|2d|n2|g4|c32|k32|in9x9|f3x3|s1x1|d2x2|pb2x2|pe2x2", "stride/dilation"),
+    ("fwd|bf16|2d|n2|g4|c32|k32|in9x9|f3x3|s2x2|d1x1|pb1x1|pe1x1", "stride"),
+    ("fwd|bf16|2d|n2|g4|c32|k32|in9x9|f3x3|s1x2|d2x2|pb2x2|pe2x2", "stride"),
     ("fwd|bf16|2d|n2|g4|c32|k32|in9x9|f5x5|s1x1|d1x1|pb2x2|pe2x2", "filter_size"),
     ("fwd|bf16|2d|n2|g2|c32|k32|in9x9|f3x3|s1x1|d1x1|pb1x1|pe1x1", "groups"),
     ("fwd|bf16|2d|n2|g4|c128|k128|in9x9|f3x3|s1x1|d1x1|pb1x1|pe1x1", "in_channels/out_channels"),
@@ -103,3 +108,15 @@ def test_geometry_grid_covers_every_output():
     # 32-column streams, two a tile: 3 image pairs x 2 row chunks x 1 column block; 2 group blocks
     assert (geo["wp"], geo["row_chunks"], geo["col_blocks"]) == (32, 2, 1)
     assert geo["grid"] == (3 * 2 * 1, 2, 1)
+
+
+def test_geometry_of_a_dilated_layer():
+    # the dev suite's dilation-2 layer (64 x 64, pad 2): four residue classes of a 32 x 32 sub-grid, 32-column
+    # streams two a tile (no column wasted), backward-data walking dY with pad 2·2 − 2
+    problem = ConvProblem.from_key("fwd|bf16|2d|n8|g8|c256|k256|in64x64|f3x3|s1x1|d2x2|pb2x2|pe2x2")
+    geo = halo_tiling.halo_geometry(problem, _config(Direction.FORWARD, 64, 64, 8, 2))
+    assert (geo["sub_h"], geo["sub_w"], geo["wp"]) == (32, 32, 32)
+    assert (geo["row_chunks"], geo["col_blocks"]) == (2 * 4, 2 * 1)
+    assert geo["grid"] == (4 * 8 * 2, 4, 1)
+    backward = ConvProblem.from_key("bwd_data|bf16|2d|n8|g8|c256|k256|in64x64|f3x3|s1x1|d2x2|pb2x2|pe2x2")
+    assert (halo_tiling.halo_geometry(backward, _config(Direction.BACKWARD_DATA, 64, 64, 8, 2))["pad_h"]) == 2
