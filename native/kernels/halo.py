@@ -2,8 +2,8 @@
 backward-data, 2D, bf16/fp16. A Gluon kernel (explicit shared memory, ``cp.async``, wgmma).
 
 GEMM mapping, per program: rows ``m`` (GEMM M = ``BLOCK_M``): ``STREAMS = BLOCK_M / WP`` images × ``WP``
-padded columns (``WP`` = the power of two ≥ ``out_w + 2``, at most ``BLOCK_M``; a stream's last two columns,
-and columns past ``out_w``, are computed and dropped); columns ``j`` (GEMM N = ``BLOCK_N`` ≥ MERGE·K/G): the
+padded columns (``WP`` = the power of two ≥ ``out_w``, at most ``BLOCK_M``; columns past ``out_w`` are
+computed and dropped); columns ``j`` (GEMM N = ``BLOCK_N`` ≥ MERGE·K/G): the
 output channels of a block of ``MERGE`` groups; reduction per filter tap: the block's MERGE·C/G input
 channels (``BLOCK_K`` ≥ that, zero padded), multiplied by a block-diagonal tap matrix built once per program
 in shared memory, ``B_tap[r, j] = W[k0 + j, tap, r mod C/G]`` where ``r`` and ``j`` belong to the same group.
@@ -20,15 +20,25 @@ runs the nine taps as wgmma with both operands in shared memory::
 plus one scalar. The next row's copies are in flight during the current row's wgmma chain, and the store of
 row ``j − 1`` runs under row ``j``'s.
 
+Dilation ``d`` (any, per axis): a program walks one residue class (``halo_tiling.py``), output rows
+``r_h + d_h·(oh0 + j)`` and columns ``r_w + d_w·(ow0 + m mod WP)``; ring row ``q`` is input row
+``r_h − p_h + d_h·(oh0 + q)`` and shift ``s`` reads ``s·d_w`` columns over — the same walk, the row and column
+pitches multiplied by ``d``. Streams are as wide as the class's columns (``⌈out_w / d_w⌉``), so no tap reads a
+loaded-but-unused row or column.
+
 Backward-data (stride 1) is the same walk over dY into dX: reduction over the block's MERGE·K/G output
 channels, columns its MERGE·C/G input channels, tap ``t`` reading the forward's tap ``8 − t`` transposed
-(``B_t[r, j] = W[c0 + r, 8 − t, j mod C/G]``), pads ``2 − pad_begin``.
+(``B_t[r, j] = W[c0 + r, 8 − t, j mod C/G]``), pads ``2·d − pad_begin``.
 
 Why (H200, ``bench/results/2026-11-28_h200_s28/``, probe calls 3–5): on the dev suite's grouped 3×3 layers
 with C/G 4–56 the registry's gmerge / gwalk kernels spend their issue slots on per-row addresses and masks
 (session 16's SASS: 173 instructions per reduction step for 4 HGMMA); this kernel was 1.28–1.41× the
 registry's best forward and 1.32–1.68× its best backward-data on those layers. It loses where the ring's
-prologue dominates (7×7 images) and is for 3×3, stride 1, dilation 1 only (compiled in).
+prologue dominates (7×7 images) and is for 3×3, stride 1 only (compiled in). Dilated (session 31, H200,
+``bench/results/2026-11-28_h200_s31/``): the dev suite's n8 g8 c256 64² dilation-2 layer, forward 22.2 µs
+(cuDNN 29.5; the registry's best before, igemm, 29.8 in call 1), backward-data 21.5 (cuDNN 27.4; igemm 34.9).
+Two rows' wgmma chains in flight (row j's issued before row j − 1's wait; same call) ran 0.55–0.99× this walk
+on every dev-suite layer (and wrote wrong rows on some backward-data problems): not kept.
 
 Gluon kernels do not run under Triton's CPU interpreter: CI compiles them for sm_90 (the ``tiny`` rule set)
 and checks the walk's index arithmetic by :func:`emulate` (NumPy, the same ring, streams, shifts and
@@ -37,7 +47,6 @@ block-diagonal taps) against the float64 reference; the GPU tests run the kernel
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from triton.experimental import gluon
@@ -78,7 +87,7 @@ def _halo_kernel(
     x_ptr, w_ptr, y_ptr,
     BATCH, H, W, C_TOTAL, K_TOTAL, OH, OW, PAD_H, PAD_W, DIL_H, DIL_W, RG, OG, WP, ROW_CHUNKS, COL_BLOCKS,
     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, MERGE: gl.constexpr,
-    ROWS: gl.constexpr, BACKWARD_DATA: gl.constexpr, OVERLAP: gl.constexpr, num_warps: gl.constexpr,
+    ROWS: gl.constexpr, BACKWARD_DATA: gl.constexpr, num_warps: gl.constexpr,
 ):
     """X: the walked tensor (forward X, backward-data dY) [BATCH, H, W, C_TOTAL]; Y: the written one
     [BATCH, OH, OW, K_TOTAL]; RG / OG: its reduction / output channels per group; W: GKYXC."""
@@ -154,48 +163,24 @@ def _halo_kernel(
 
     row_pitch = DIL_H.to(gl.int64) * OW * K_TOTAL  # between the rows a walk writes
     y_rows = y_ptr + (out_base + (res_h + oh0 * DIL_H).to(gl.int64) * OW * K_TOTAL)
-    if OVERLAP:
-        # Two rows' chains in flight: row j's wgmma chain is issued before row j - 1's is waited for, and row
-        # j - 1's conversion, its store and the copies of row j + 3 (into the slot row j - 1 read first) run
-        # under row j's chain.
-        previous = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=mma_layout)
-        for j in range(ROWS):
-            async_copy.wait_group(0)
-            gl.thread_barrier()
-            fence_async_shared()
-            acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=mma_layout)
-            for tap in gl.static_range(9):
-                acc = warpgroup_mma(ring.index((tap % 3) * 4 + (j + tap // 3) % 4), taps.index(tap), acc,
-                                    is_async=True)
-            previous, acc = warpgroup_mma_wait(num_outstanding=9, deps=(previous, acc))
-            _issue_row(ring, x_ptr, pixel_base, image_ok, iw, chan_ok, j + 3, ih0, H, W, C_TOTAL, DIL_H, DIL_W,
-                       row_limit)
-            async_copy.commit_group()
-            oh_prev = res_h + (oh0 + j - 1) * DIL_H
-            gl.store(y_rows + (j - 1) * row_pitch, gl.convert_layout(previous.to(dtype), out_layout),
-                     mask=out_ok & (oh_prev < OH) & (j > 0))
-            previous = acc
-        previous = gl.convert_layout(warpgroup_mma_wait(num_outstanding=0, deps=(previous,)).to(dtype),
-                                     out_layout)
-    else:
-        previous = gl.zeros([BLOCK_M, BLOCK_N], dtype, layout=out_layout)
-        for j in range(ROWS):
-            # Prefetch the row step j + 1 adds to its window; its slot held the row step j - 1 finished with.
-            _issue_row(ring, x_ptr, pixel_base, image_ok, iw, chan_ok, j + 3, ih0, H, W, C_TOTAL, DIL_H, DIL_W,
-                       row_limit)
-            async_copy.commit_group()
-            async_copy.wait_group(1)
-            gl.thread_barrier()
-            fence_async_shared()
-            acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=mma_layout)
-            for tap in gl.static_range(9):
-                acc = warpgroup_mma(ring.index((tap % 3) * 4 + (j + tap // 3) % 4), taps.index(tap), acc,
-                                    is_async=True)
-            # Row j - 1's result goes out while row j's wgmma chain runs.
-            oh_prev = res_h + (oh0 + j - 1) * DIL_H
-            gl.store(y_rows + (j - 1) * row_pitch, previous, mask=out_ok & (oh_prev < OH) & (j > 0))
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-            previous = gl.convert_layout(acc.to(dtype), out_layout)
+    previous = gl.zeros([BLOCK_M, BLOCK_N], dtype, layout=out_layout)
+    for j in range(ROWS):
+        # Prefetch the row step j + 1 adds to its window; its slot held the row step j - 1 finished with.
+        _issue_row(ring, x_ptr, pixel_base, image_ok, iw, chan_ok, j + 3, ih0, H, W, C_TOTAL, DIL_H, DIL_W,
+                   row_limit)
+        async_copy.commit_group()
+        async_copy.wait_group(1)
+        gl.thread_barrier()
+        fence_async_shared()
+        acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=mma_layout)
+        for tap in gl.static_range(9):
+            acc = warpgroup_mma(ring.index((tap % 3) * 4 + (j + tap // 3) % 4), taps.index(tap), acc,
+                                is_async=True)
+        # Row j - 1's result goes out while row j's wgmma chain runs.
+        oh_prev = res_h + (oh0 + j - 1) * DIL_H
+        gl.store(y_rows + (j - 1) * row_pitch, previous, mask=out_ok & (oh_prev < OH) & (j > 0))
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        previous = gl.convert_layout(acc.to(dtype), out_layout)
     oh_last = res_h + (oh0 + ROWS - 1) * DIL_H
     gl.store(y_rows + (ROWS - 1) * row_pitch, previous, mask=out_ok & (oh_last < OH))
     async_copy.wait_group(0)
@@ -217,8 +202,6 @@ class HaloConvolution:
                        {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k,
                         "MERGE": config.merge, "ROWS": config.group_m,
                         "BACKWARD_DATA": self.direction is Direction.BACKWARD_DATA,
-                        # (probe switch, removed after its measurement)
-                        "OVERLAP": os.environ.get("TILEDISPATCH_HALO_OVERLAP", "0") == "1",
                         "num_warps": config.num_warps},
                        {"x_ptr": ptr, "w_ptr": ptr, "y_ptr": ptr, **{name: "i32" for name in _SIZE_PARAMS}},
                        config.num_warps, 1)
