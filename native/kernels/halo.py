@@ -38,7 +38,8 @@ prologue dominates (7×7 images) and is for 3×3, stride 1 only (compiled in). D
 ``bench/results/2026-11-28_h200_s31/``): the dev suite's n8 g8 c256 64² dilation-2 layer, forward 22.2 µs
 (cuDNN 29.5; the registry's best before, igemm, 29.8 in call 1), backward-data 21.5 (cuDNN 27.4; igemm 34.9).
 Two rows' wgmma chains in flight (row j's issued before row j − 1's wait; same call) ran 0.55–0.99× this walk
-on every dev-suite layer (and wrote wrong rows on some backward-data problems): not kept.
+on every dev-suite layer (and wrote wrong rows on some backward-data problems): not kept. One allocation per
+column shift (two ``bar.sync`` a row fewer) ran 0.96–1.04× the single ring, geomean 1.01 (call 3).
 
 Gluon kernels do not run under Triton's CPU interpreter: CI compiles them for sm_90 (the ``tiny`` rule set)
 and checks the walk's index arithmetic by :func:`emulate` (NumPy, the same ring, streams, shifts and
@@ -47,7 +48,6 @@ block-diagonal taps) against the float64 reference; the GPU tests run the kernel
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from triton.experimental import gluon
@@ -69,23 +69,14 @@ _SIZE_PARAMS = ("BATCH", "H", "W", "C_TOTAL", "K_TOTAL", "OH", "OW", "PAD_H", "P
 
 
 @gluon.jit
-def _slot(ring, ring1, ring2, shift: gl.constexpr, q, SPLIT: gl.constexpr):
-    """Ring slot ``q mod 4`` of column shift ``shift``."""
-    if SPLIT:
-        if shift == 0:
-            view = ring.index(q % 4)
-        elif shift == 1:
-            view = ring1.index(q % 4)
-        else:
-            view = ring2.index(q % 4)
-    else:
-        view = ring.index(shift * 4 + q % 4)
-    return view
+def _slot(rings, shift: gl.constexpr, q):
+    """Ring slot ``q mod 4`` of column shift ``shift`` (a shared allocation per shift: Triton's barrier analysis
+    sees a dynamic slot of one allocation as all of it, and put a ``bar.sync`` between the shifts' copies)."""
+    return rings[shift].index(q % 4)
 
 
 @gluon.jit
-def _issue_row(ring, ring1, ring2, SPLIT: gl.constexpr, x_ptr, pixel_base, image_ok, iw, chan_ok, q, ih0, H, W,
-               C_TOTAL, DIL_H, DIL_W, ROW_LIMIT):
+def _issue_row(rings, x_ptr, pixel_base, image_ok, iw, chan_ok, q, ih0, H, W, C_TOTAL, DIL_H, DIL_W, ROW_LIMIT):
     """cp.async input row ``ih0 + q·d_h`` of every stream, once per column shift (``d_w`` columns apart), into
     ring slot ``q mod 4`` (zeros where the row, column or channel is outside the tensor, or the row is past the
     chunk's window)."""
@@ -94,7 +85,7 @@ def _issue_row(ring, ring1, ring2, SPLIT: gl.constexpr, x_ptr, pixel_base, image
     row_offset = ih.to(gl.int64) * W * C_TOTAL
     for shift in gl.static_range(3):
         col_ok = image_ok & (iw + shift * DIL_W >= 0) & (iw + shift * DIL_W < W)
-        async_copy.async_copy_global_to_shared(_slot(ring, ring1, ring2, shift, q, SPLIT),
+        async_copy.async_copy_global_to_shared(_slot(rings, shift, q),
                                                x_ptr + (pixel_base + shift * DIL_W * C_TOTAL + row_offset),
                                                col_ok[:, None] & chan_ok & row_ok)
 
@@ -104,7 +95,7 @@ def _halo_kernel(
     x_ptr, w_ptr, y_ptr,
     BATCH, H, W, C_TOTAL, K_TOTAL, OH, OW, PAD_H, PAD_W, DIL_H, DIL_W, RG, OG, WP, ROW_CHUNKS, COL_BLOCKS,
     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, MERGE: gl.constexpr,
-    ROWS: gl.constexpr, BACKWARD_DATA: gl.constexpr, SPLIT: gl.constexpr, num_warps: gl.constexpr,
+    ROWS: gl.constexpr, BACKWARD_DATA: gl.constexpr, num_warps: gl.constexpr,
 ):
     """X: the walked tensor (forward X, backward-data dY) [BATCH, H, W, C_TOTAL]; Y: the written one
     [BATCH, OH, OW, K_TOTAL]; RG / OG: its reduction / output channels per group; W: GKYXC."""
@@ -143,19 +134,13 @@ def _halo_kernel(
     ih0 = res_h - PAD_H + oh0 * DIL_H
     row_limit = ROWS + 2
 
-    # Input rows: 3 column shifts x RING slots, each a [BLOCK_M, BLOCK_K] wgmma A operand.
+    # Input rows: RING slots of each of the 3 column shifts, each a [BLOCK_M, BLOCK_K] wgmma A operand.
     a_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_K], dtype)
-    if SPLIT:
-        ring = gl.allocate_shared_memory(dtype, [4, BLOCK_M, BLOCK_K], a_layout)
-        ring1 = gl.allocate_shared_memory(dtype, [4, BLOCK_M, BLOCK_K], a_layout)
-        ring2 = gl.allocate_shared_memory(dtype, [4, BLOCK_M, BLOCK_K], a_layout)
-    else:
-        ring = gl.allocate_shared_memory(dtype, [3 * 4, BLOCK_M, BLOCK_K], a_layout)
-        ring1 = ring
-        ring2 = ring
+    rings = (gl.allocate_shared_memory(dtype, [4, BLOCK_M, BLOCK_K], a_layout),
+             gl.allocate_shared_memory(dtype, [4, BLOCK_M, BLOCK_K], a_layout),
+             gl.allocate_shared_memory(dtype, [4, BLOCK_M, BLOCK_K], a_layout))
     for q in gl.static_range(3):
-        _issue_row(ring, ring1, ring2, SPLIT, x_ptr, pixel_base, image_ok, iw, chan_ok, q, ih0, H, W, C_TOTAL, DIL_H,
-                   DIL_W, row_limit)
+        _issue_row(rings, x_ptr, pixel_base, image_ok, iw, chan_ok, q, ih0, H, W, C_TOTAL, DIL_H, DIL_W, row_limit)
     async_copy.commit_group()
 
     # The nine tap matrices, block diagonal over the merged groups, zero padded to BLOCK_K x BLOCK_N.
@@ -191,15 +176,15 @@ def _halo_kernel(
     previous = gl.zeros([BLOCK_M, BLOCK_N], dtype, layout=out_layout)
     for j in range(ROWS):
         # Prefetch the row step j + 1 adds to its window; its slot held the row step j - 1 finished with.
-        _issue_row(ring, ring1, ring2, SPLIT, x_ptr, pixel_base, image_ok, iw, chan_ok, j + 3, ih0, H, W, C_TOTAL,
-                   DIL_H, DIL_W, row_limit)
+        _issue_row(rings, x_ptr, pixel_base, image_ok, iw, chan_ok, j + 3, ih0, H, W, C_TOTAL, DIL_H, DIL_W,
+                   row_limit)
         async_copy.commit_group()
         async_copy.wait_group(1)
         gl.thread_barrier()
         fence_async_shared()
         acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=mma_layout)
         for tap in gl.static_range(9):
-            acc = warpgroup_mma(_slot(ring, ring1, ring2, tap % 3, j + tap // 3, SPLIT), taps.index(tap), acc,
+            acc = warpgroup_mma(_slot(rings, tap % 3, j + tap // 3), taps.index(tap), acc,
                                 is_async=True)
         # Row j - 1's result goes out while row j's wgmma chain runs.
         oh_prev = res_h + (oh0 + j - 1) * DIL_H
@@ -227,8 +212,6 @@ class HaloConvolution:
                        {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k,
                         "MERGE": config.merge, "ROWS": config.group_m,
                         "BACKWARD_DATA": self.direction is Direction.BACKWARD_DATA,
-                        # (probe switch, removed after its measurement)
-                        "SPLIT": os.environ.get("TILEDISPATCH_HALO_SPLIT", "0") == "1",
                         "num_warps": config.num_warps},
                        {"x_ptr": ptr, "w_ptr": ptr, "y_ptr": ptr, **{name: "i32" for name in _SIZE_PARAMS}},
                        config.num_warps, 1)
