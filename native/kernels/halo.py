@@ -23,8 +23,7 @@ row ``j − 1`` runs under row ``j``'s.
 Dilation ``d`` (any, per axis): a program walks one residue class (``halo_tiling.py``), output rows
 ``r_h + d_h·(oh0 + j)`` and columns ``r_w + d_w·(ow0 + m mod WP)``; ring row ``q`` is input row
 ``r_h − p_h + d_h·(oh0 + q)`` and shift ``s`` reads ``s·d_w`` columns over — the same walk, the row and column
-pitches multiplied by ``d``. Streams are as wide as the class's columns (``⌈out_w / d_w⌉``), so no tap reads a
-loaded-but-unused row or column.
+pitches multiplied by ``d``; a stream is the power of two ≥ the class's ``⌈out_w / d_w⌉`` columns wide.
 
 Backward-data (stride 1) is the same walk over dY into dX: reduction over the block's MERGE·K/G output
 channels, columns its MERGE·C/G input channels, tap ``t`` reading the forward's tap ``8 − t`` transposed
