@@ -222,8 +222,9 @@ def _dwrun_default_candidates(direction: Direction, dtype: DType, ndim: int) -> 
             for split in DWRUN_SPLITS:
                 yield KernelConfig(direction, dtype, ndim, family, run, block_n, height, warps, stages, runs, split,
                                    1, 1, False)
+    run, block_n, warps, runs = DWRUN_WEIGHT_UNSPLIT_TILE
     for stages in (1, 2):
-        yield KernelConfig(direction, dtype, ndim, family, 7, 32, 3, 4, stages, 4, 1, 1, 1, False)
+        yield KernelConfig(direction, dtype, ndim, family, run, block_n, 3, warps, stages, runs, 1, 1, 1, False)
 
 
 def _dwroll_ok(config: KernelConfig) -> bool:
@@ -367,6 +368,9 @@ DWRUN_WEIGHT_TILES = {
     7: ((4, 16, 2, 2, 4), (4, 16, 4, 2, 8), (4, 32, 2, 2, 2), (7, 32, 2, 2, 2)),
 }
 DWRUN_SPLITS = (16, 32, 64, 128)
+#: dwrun backward-weight's unsplit 3×3 path in ``default`` (for CI's compile check): (run, block_n, warps, runs);
+#: two stages in bf16, one in fp16.
+DWRUN_WEIGHT_UNSPLIT_TILE = (7, 32, 4, 4)
 #: dwrun forward / backward-data (run, block_n, warps, num_stages, runs, vec) in ``default`` by filter height (2D,
 #: unsplit): the cover of the best (within 3 %) on the 16 stride-1 depthwise layer-directions of the H200 probe
 #: (bench/results/2026-11-27_h200_s19/dwrun_data_probe: the dev suite's and the e2e models' 3x3 and 7x7 layers); and
@@ -456,7 +460,8 @@ def _default_rule(config: KernelConfig) -> bool:
         if c.vec != 1:  # backward-weight pairs: 0.34-1.06x the vec-1 tiles (session-22 probe)
             return False
         if c.split_k == 1:  # the unsplit path, for CI's compile check
-            return tile == (7, 32, 4, 2 if c.dtype is DType.BF16 else 1, 4) and c.block_k == 3
+            run, block_n, warps, runs = DWRUN_WEIGHT_UNSPLIT_TILE
+            return tile == (run, block_n, warps, 2 if c.dtype is DType.BF16 else 1, runs) and c.block_k == 3
         return tile in dwrun_default_tiles(c.dtype, c.block_k) and c.split_k in DWRUN_SPLITS
     if c.family is Family.DWROW:
         if c.index64 or c.dtype is DType.FP32:

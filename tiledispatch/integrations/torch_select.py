@@ -183,7 +183,7 @@ class KernelSelector:
             if key not in self._trained:
                 self._trained[key] = self._load_trained(*key)
             trained = self._trained[key]
-        if not trained:
+        if not trained:  # (no models package to import either)
             return self.predictor
         from tiledispatch.models.predictor import newest_covering
 
