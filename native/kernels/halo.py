@@ -38,7 +38,12 @@ prologue dominates (7×7 images) and is for 3×3, stride 1 only (compiled in). D
 (cuDNN 29.5; the registry's best before, igemm, 29.8 in call 1), backward-data 21.5 (cuDNN 27.4; igemm 34.9).
 Two rows' wgmma chains in flight (row j's issued before row j − 1's wait; same call) ran 0.55–0.99× this walk
 on every dev-suite layer (and wrote wrong rows on some backward-data problems): not kept. One allocation per
-column shift (two ``bar.sync`` a row fewer) ran 0.96–1.04× the single ring, geomean 1.01 (call 3).
+column shift (two ``bar.sync`` a row fewer) ran 0.96–1.04× the single ring, geomean 1.01 (call 3). Session 32
+(``bench/results/2026-11-29_h200_s32/``, call 1, the dev suite's 16 halo layer-directions, every halo kernel): a
+second binary with dilation 1 compiled in (no residue arithmetic, unit pitches) ran 0.89–1.06× this walk, geomean
+0.98 of the layers' best; six ring slots (rows three steps ahead, where shared memory allows) 0.81–1.16×, geomean
+0.96 — faster only on the batch-1 layer (1.06–1.16×: 112 programs, one an SM, where the deeper prefetch costs no
+occupancy). Neither kept.
 
 Gluon kernels do not run under Triton's CPU interpreter: CI compiles them for sm_90 (the ``tiny`` rule set)
 and checks the walk's index arithmetic by :func:`emulate` (NumPy, the same ring, streams, shifts and
@@ -47,7 +52,6 @@ block-diagonal taps) against the float64 reference; the GPU tests run the kernel
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from triton.experimental import gluon
@@ -69,15 +73,14 @@ _SIZE_PARAMS = ("BATCH", "H", "W", "C_TOTAL", "K_TOTAL", "OH", "OW", "PAD_H", "P
 
 
 @gluon.jit
-def _slot(rings, shift: gl.constexpr, q, RING: gl.constexpr):
-    """Ring slot ``q mod RING`` of column shift ``shift`` (a shared allocation per shift: Triton's barrier analysis
+def _slot(rings, shift: gl.constexpr, q):
+    """Ring slot ``q mod 4`` of column shift ``shift`` (a shared allocation per shift: Triton's barrier analysis
     sees a dynamic slot of one allocation as all of it, and put a ``bar.sync`` between the shifts' copies)."""
-    return rings[shift].index(q % RING)
+    return rings[shift].index(q % 4)
 
 
 @gluon.jit
-def _issue_row(rings, x_ptr, pixel_base, image_ok, iw, chan_ok, q, ih0, H, W, C_TOTAL, DIL_H, DIL_W, ROW_LIMIT,
-               RING: gl.constexpr):
+def _issue_row(rings, x_ptr, pixel_base, image_ok, iw, chan_ok, q, ih0, H, W, C_TOTAL, DIL_H, DIL_W, ROW_LIMIT):
     """cp.async input row ``ih0 + q·d_h`` of every stream, once per column shift (``d_w`` columns apart), into
     ring slot ``q mod 4`` (zeros where the row, column or channel is outside the tensor, or the row is past the
     chunk's window)."""
@@ -86,7 +89,7 @@ def _issue_row(rings, x_ptr, pixel_base, image_ok, iw, chan_ok, q, ih0, H, W, C_
     row_offset = ih.to(gl.int64) * W * C_TOTAL
     for shift in gl.static_range(3):
         col_ok = image_ok & (iw + shift * DIL_W >= 0) & (iw + shift * DIL_W < W)
-        async_copy.async_copy_global_to_shared(_slot(rings, shift, q, RING),
+        async_copy.async_copy_global_to_shared(_slot(rings, shift, q),
                                                x_ptr + (pixel_base + shift * DIL_W * C_TOTAL + row_offset),
                                                col_ok[:, None] & chan_ok & row_ok)
 
@@ -96,8 +99,7 @@ def _halo_kernel(
     x_ptr, w_ptr, y_ptr,
     BATCH, H, W, C_TOTAL, K_TOTAL, OH, OW, PAD_H, PAD_W, DIL_H, DIL_W, RG, OG, WP, ROW_CHUNKS, COL_BLOCKS,
     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, MERGE: gl.constexpr,
-    ROWS: gl.constexpr, BACKWARD_DATA: gl.constexpr, DILATED: gl.constexpr, RING: gl.constexpr,
-    num_warps: gl.constexpr,
+    ROWS: gl.constexpr, BACKWARD_DATA: gl.constexpr, num_warps: gl.constexpr,
 ):
     """X: the walked tensor (forward X, backward-data dY) [BATCH, H, W, C_TOTAL]; Y: the written one
     [BATCH, OH, OW, K_TOTAL]; RG / OG: its reduction / output channels per group; W: GKYXC."""
@@ -116,19 +118,10 @@ def _halo_kernel(
     rest = pid // COL_BLOCKS
     row_chunk = rest % ROW_CHUNKS
     image0 = (rest // ROW_CHUNKS) * (BLOCK_M // WP)
-    if DILATED:
-        res_h = row_chunk % DIL_H
-        res_w = col_block % DIL_W
-        oh0 = (row_chunk // DIL_H) * ROWS
-        ow0 = (col_block // DIL_W) * WP
-    else:
-        # Dilation 1 compiled in: one residue class, no divisions by the dilation, unit pitches.
-        DIL_H = 1
-        DIL_W = 1
-        res_h = 0
-        res_w = 0
-        oh0 = row_chunk * ROWS
-        ow0 = col_block * WP
+    res_h = row_chunk % DIL_H
+    res_w = col_block % DIL_W
+    oh0 = (row_chunk // DIL_H) * ROWS
+    ow0 = (col_block // DIL_W) * WP
     c0 = gl.program_id(1) * BLOCK_RG
     k0 = gl.program_id(1) * BLOCK_OG
 
@@ -147,19 +140,12 @@ def _halo_kernel(
 
     # Input rows: RING slots of each of the 3 column shifts, each a [BLOCK_M, BLOCK_K] wgmma A operand.
     a_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_K], dtype)
-    rings = (gl.allocate_shared_memory(dtype, [RING, BLOCK_M, BLOCK_K], a_layout),
-             gl.allocate_shared_memory(dtype, [RING, BLOCK_M, BLOCK_K], a_layout),
-             gl.allocate_shared_memory(dtype, [RING, BLOCK_M, BLOCK_K], a_layout))
-    # Rows 0-2 (the first window) in one copy group, then one group a row up to RING - 2: the loop keeps
-    # RING - 3 rows in flight beyond the window it reads.
+    rings = (gl.allocate_shared_memory(dtype, [4, BLOCK_M, BLOCK_K], a_layout),
+             gl.allocate_shared_memory(dtype, [4, BLOCK_M, BLOCK_K], a_layout),
+             gl.allocate_shared_memory(dtype, [4, BLOCK_M, BLOCK_K], a_layout))
     for q in gl.static_range(3):
-        _issue_row(rings, x_ptr, pixel_base, image_ok, iw, chan_ok, q, ih0, H, W, C_TOTAL, DIL_H, DIL_W, row_limit,
-                   RING)
+        _issue_row(rings, x_ptr, pixel_base, image_ok, iw, chan_ok, q, ih0, H, W, C_TOTAL, DIL_H, DIL_W, row_limit)
     async_copy.commit_group()
-    for q in gl.static_range(3, RING - 1):
-        _issue_row(rings, x_ptr, pixel_base, image_ok, iw, chan_ok, q, ih0, H, W, C_TOTAL, DIL_H, DIL_W, row_limit,
-                   RING)
-        async_copy.commit_group()
 
     # The nine tap matrices, block diagonal over the merged groups, zero padded to BLOCK_K x BLOCK_N.
     b_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_K, BLOCK_N], dtype)
@@ -189,20 +175,20 @@ def _halo_kernel(
     out_base = ((image_out.to(gl.int64) * OH * OW + ow) * K_TOTAL)[:, None] + (k0 + n_out)[None, :]
     out_ok = ((image_out < BATCH) & (ow < OW))[:, None] & (n_out < BLOCK_OG)[None, :]
 
-    row_pitch = OW.to(gl.int64) * K_TOTAL * DIL_H  # between the rows a walk writes
+    row_pitch = DIL_H.to(gl.int64) * OW * K_TOTAL  # between the rows a walk writes
     y_rows = y_ptr + (out_base + (res_h + oh0 * DIL_H).to(gl.int64) * OW * K_TOTAL)
     previous = gl.zeros([BLOCK_M, BLOCK_N], dtype, layout=out_layout)
     for j in range(ROWS):
-        # Prefetch the row step j + RING - 3 adds to its window; its slot held the row step j - 1 finished with.
-        _issue_row(rings, x_ptr, pixel_base, image_ok, iw, chan_ok, j + RING - 1, ih0, H, W, C_TOTAL, DIL_H, DIL_W,
-                   row_limit, RING)
+        # Prefetch the row step j + 1 adds to its window; its slot held the row step j - 1 finished with.
+        _issue_row(rings, x_ptr, pixel_base, image_ok, iw, chan_ok, j + 3, ih0, H, W, C_TOTAL, DIL_H, DIL_W,
+                   row_limit)
         async_copy.commit_group()
-        async_copy.wait_group(RING - 3)
+        async_copy.wait_group(1)
         gl.thread_barrier()
         fence_async_shared()
         acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=mma_layout)
         for tap in gl.static_range(9):
-            acc = warpgroup_mma(_slot(rings, tap % 3, j + tap // 3, RING), taps.index(tap), acc,
+            acc = warpgroup_mma(_slot(rings, tap % 3, j + tap // 3), taps.index(tap), acc,
                                 is_async=True)
         # Row j - 1's result goes out while row j's wgmma chain runs.
         oh_prev = res_h + (oh0 + j - 1) * DIL_H
@@ -212,18 +198,6 @@ def _halo_kernel(
     oh_last = res_h + (oh0 + ROWS - 1) * DIL_H
     gl.store(y_rows + (ROWS - 1) * row_pitch, previous, mask=out_ok & (oh_last < OH))
     async_copy.wait_group(0)
-
-
-def _PROBE() -> str:  # PROBE SWITCH (session 32, one measurement; removed after): base | dil1 | ring6
-    return os.environ.get("TILEDISPATCH_HALO_PROBE", "dil1")
-
-
-def _probe_ring(config: KernelConfig) -> int:
-    if _PROBE() != "ring6":
-        return RING
-    smem = (18 * config.block_m * config.block_k + 9 * config.block_k * config.block_n
-            + config.block_m * config.block_n) * config.dtype.itemsize
-    return 6 if smem <= 227 * 1024 - 8 * 1024 else RING
 
 
 class HaloConvolution:
@@ -237,16 +211,15 @@ class HaloConvolution:
         self.direction = direction
 
     def programs(self, config: KernelConfig) -> dict[str, Program]:
-        """``main``: dilation 1 compiled in (the common case); ``dilated``: the residue-class walk, any dilation."""
         ptr = pointer_type(config.dtype)
-        types = {"x_ptr": ptr, "w_ptr": ptr, "y_ptr": ptr, **{name: "i32" for name in _SIZE_PARAMS}}
-        constexprs = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k,
-                      "MERGE": config.merge, "ROWS": config.group_m,
-                      "BACKWARD_DATA": self.direction is Direction.BACKWARD_DATA, "num_warps": config.num_warps}
-        ring = _probe_ring(config)
-        return {name: Program(_halo_kernel, {**constexprs, "DILATED": dilated, "RING": ring}, types,
-                              config.num_warps, 1)
-                for name, dilated in (("main", False), ("dilated", True))}
+        main = Program(_halo_kernel,
+                       {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k,
+                        "MERGE": config.merge, "ROWS": config.group_m,
+                        "BACKWARD_DATA": self.direction is Direction.BACKWARD_DATA,
+                        "num_warps": config.num_warps},
+                       {"x_ptr": ptr, "w_ptr": ptr, "y_ptr": ptr, **{name: "i32" for name in _SIZE_PARAMS}},
+                       config.num_warps, 1)
+        return {"main": main}
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
         return 0
@@ -256,8 +229,7 @@ class HaloConvolution:
         sizes = (problem.batch, geo["src_h"], geo["src_w"], geo["src_c"], geo["dst_c"], geo["dst_h"], geo["dst_w"],
                  geo["pad_h"], geo["pad_w"], geo["dil_h"], geo["dil_w"], geo["rg"], geo["og"], geo["wp"],
                  geo["row_chunks"], geo["col_blocks"])
-        program = "dilated" if (geo["dil_h"], geo["dil_w"]) != (1, 1) or _PROBE() == "base" else "main"
-        return [Launch(program, geo["grid"], (first, second, out, *sizes))]
+        return [Launch("main", geo["grid"], (first, second, out, *sizes))]
 
 
 def emulate(problem: ConvProblem, config: KernelConfig, first: Any, weight: Any) -> Any:
