@@ -143,9 +143,11 @@ DWROLL_FEATURES = ("k_dwroll", "k_dwroll_live_values", "x_launch_dwroll_halo")
 #: families): its one-hot; log of its programs; waves, programs / (SMs × programs an SM's shared memory
 #: holds); useful, the share of the outputs its programs compute (BLOCK_M rows × ROWS walked × BLOCK_N
 #: channels each: padded stream columns, rows past the image, streams past the batch, channels past the
-#: merged groups) that are real; prologue, ``2 / ROWS`` (the input rows a chunk reads beyond its walk,
-#: per walked row); and the tap fill, ``MERGE·RG·MERGE·OG / (BLOCK_K·BLOCK_N)`` useful of the
-#: block-diagonal tap matrices' products — hence the useful MACs of each wgmma, ``fill / MERGE``.
+#: merged groups) that are real; prologue, ``(rows read − stride·ROWS) / ROWS`` (the input rows a chunk reads
+#: beyond its walk, per walked row: ``2 / ROWS`` at stride 1, ``1 / ROWS`` on the stride-2 walk of session 32,
+#: whose programs' shared memory — a ring of 5, not 4 — the waves count too); and the tap fill,
+#: ``MERGE·RG·MERGE·OG / (BLOCK_K·BLOCK_N)`` useful of the block-diagonal tap matrices' products — hence the
+#: useful MACs of each wgmma, ``fill / MERGE``.
 HALO_FEATURES = ("k_halo", "x_halo_log_programs", "x_halo_waves", "x_halo_useful", "x_halo_prologue",
                  "x_halo_tap_fill")
 
@@ -551,12 +553,13 @@ class FeatureEngine:
                 continue
             geo = halo_geometry(p, config)
             programs = math.prod(geo["grid"])
-            per_sm = max(1, min(self.spec.smem_per_sm_bytes // max(config.smem_bytes_estimate, 1), 16))
+            per_sm = max(1, min(self.spec.smem_per_sm_bytes // max(geo["smem_bytes"], 1), 16))
             computed = programs * config.block_m * config.group_m * config.block_n
             real = p.batch * geo["dst_h"] * geo["dst_w"] * p.groups * geo["og"]
             merged_rg, merged_og = config.merge * geo["rg"], config.merge * geo["og"]
             out[i, 1:] = (math.log(programs), programs / (self.spec.sms * per_sm), real / computed,
-                          2.0 / config.group_m, merged_rg * merged_og / (config.block_k * config.block_n))
+                          (geo["rows_read"] - geo["stride"] * config.group_m) / config.group_m,
+                          merged_rg * merged_og / (config.block_k * config.block_n))
         return out
 
     # ---- all ----------------------------------------------------------------------------------

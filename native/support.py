@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tiledispatch.native.configs import Family, KernelConfig
+from tiledispatch.native.kernels import halo_tiling
 from tiledispatch.native.kernels.gwalk_geometry import MAX_LANES_PER_SPLIT, weight_walk_geometry
 from tiledispatch.native.kernels.tma_geometry import TmaGeometry
 from tiledispatch.native.problem import INT32_INDEX_LIMIT, ConvProblem, Direction
@@ -168,13 +169,23 @@ def _gwalk_refusal(problem: ConvProblem, config: KernelConfig) -> str:
 
 
 def _halo_refusal(problem: ConvProblem, config: KernelConfig) -> str:
-    """Why a ``halo`` kernel cannot run the problem ('' when it can): a 3×3 filter, stride 1 (compiled into the
-    walk; any dilation: halo_tiling.py's residue classes), whole merged group blocks within the config's channel
-    tiles (the 8-divisible channel runs are checked above), 32-bit offsets (refused above for i32 configs)."""
+    """Why a ``halo`` kernel cannot run the problem ('' when it can): a 3×3 filter; stride 1 (any dilation:
+    halo_tiling.py's residue classes) or, forward at dilation 1 where the config's stride-2 ring fits in shared
+    memory, stride 2 (both compiled in); whole merged group blocks within the config's channel tiles (the
+    8-divisible channel runs are checked above), 32-bit offsets (refused above for i32 configs)."""
     if tuple(problem.filter_size) != (3, 3):
         return f"filter_size: halo kernels run 3x3 filters, got {list(problem.filter_size)}"
-    if any(s != 1 for s in problem.stride):
-        return f"stride: halo kernels need stride 1, got {list(problem.stride)}"
+    if tuple(problem.stride) == (2, 2):
+        if problem.direction is not Direction.FORWARD:
+            return f"stride: halo {problem.direction.value} kernels need stride 1, got {list(problem.stride)}"
+        if any(d != 1 for d in problem.dilation):
+            return (f"stride/dilation: halo kernels run stride 2 at dilation 1, got dilation "
+                    f"{list(problem.dilation)}")
+        if not halo_tiling.strided_fits(config):
+            return (f"stride: this halo tile's stride-2 ring ({halo_tiling.smem_bytes(config, 2)} B of shared "
+                    f"memory) does not fit; stride 2 runs on tiles up to {halo_tiling.SMEM_LIMIT_BYTES} B")
+    elif any(s != 1 for s in problem.stride):
+        return f"stride: halo kernels need stride 1 or (2, 2) (forward), got {list(problem.stride)}"
     if problem.groups % config.merge:
         return f"groups: halo merges {config.merge} groups per program, problem has {problem.groups}"
     return _merged_tile_refusal(problem, config)

@@ -61,35 +61,32 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.kernels.base import Launch, Program, pointer_type
-from tiledispatch.native.kernels.halo_tiling import halo_geometry
+from tiledispatch.native.kernels.halo_tiling import halo_geometry, strided_fits
 from tiledispatch.native.problem import ConvProblem, Direction
-
-#: The ring of input-row slots: the three rows a 3-row filter reads plus the one in flight (the kernel spells
-#: it 4; ``emulate`` and ``KernelConfig.smem_bytes_estimate`` use the same count).
-RING = 4
 
 _SIZE_PARAMS = ("BATCH", "H", "W", "C_TOTAL", "K_TOTAL", "OH", "OW", "PAD_H", "PAD_W", "DIL_H", "DIL_W", "RG", "OG",
                 "WP", "ROW_CHUNKS", "COL_BLOCKS")
 
 
 @gluon.jit
-def _slot(rings, shift: gl.constexpr, q):
-    """Ring slot ``q mod 4`` of column shift ``shift`` (a shared allocation per shift: Triton's barrier analysis
+def _slot(rings, shift: gl.constexpr, q, RING: gl.constexpr):
+    """Ring slot ``q mod RING`` of column shift ``shift`` (a shared allocation per shift: Triton's barrier analysis
     sees a dynamic slot of one allocation as all of it, and put a ``bar.sync`` between the shifts' copies)."""
-    return rings[shift].index(q % 4)
+    return rings[shift].index(q % RING)
 
 
 @gluon.jit
-def _issue_row(rings, x_ptr, pixel_base, image_ok, iw, chan_ok, q, ih0, H, W, C_TOTAL, DIL_H, DIL_W, ROW_LIMIT):
+def _issue_row(rings, x_ptr, pixel_base, image_ok, iw, chan_ok, q, ih0, H, W, C_TOTAL, DIL_H, DIL_W, ROW_LIMIT,
+               RING: gl.constexpr):
     """cp.async input row ``ih0 + q·d_h`` of every stream, once per column shift (``d_w`` columns apart), into
-    ring slot ``q mod 4`` (zeros where the row, column or channel is outside the tensor, or the row is past the
+    ring slot ``q mod RING`` (zeros where the row, column or channel is outside the tensor, or the row is past the
     chunk's window)."""
     ih = ih0 + q * DIL_H
     row_ok = (ih >= 0) & (ih < H) & (q < ROW_LIMIT)
     row_offset = ih.to(gl.int64) * W * C_TOTAL
     for shift in gl.static_range(3):
         col_ok = image_ok & (iw + shift * DIL_W >= 0) & (iw + shift * DIL_W < W)
-        async_copy.async_copy_global_to_shared(_slot(rings, shift, q),
+        async_copy.async_copy_global_to_shared(_slot(rings, shift, q, RING),
                                                x_ptr + (pixel_base + shift * DIL_W * C_TOTAL + row_offset),
                                                col_ok[:, None] & chan_ok & row_ok)
 
@@ -99,7 +96,7 @@ def _halo_kernel(
     x_ptr, w_ptr, y_ptr,
     BATCH, H, W, C_TOTAL, K_TOTAL, OH, OW, PAD_H, PAD_W, DIL_H, DIL_W, RG, OG, WP, ROW_CHUNKS, COL_BLOCKS,
     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, MERGE: gl.constexpr,
-    ROWS: gl.constexpr, BACKWARD_DATA: gl.constexpr, num_warps: gl.constexpr,
+    ROWS: gl.constexpr, BACKWARD_DATA: gl.constexpr, STRIDE: gl.constexpr, num_warps: gl.constexpr,
 ):
     """X: the walked tensor (forward X, backward-data dY) [BATCH, H, W, C_TOTAL]; Y: the written one
     [BATCH, OH, OW, K_TOTAL]; RG / OG: its reduction / output channels per group; W: GKYXC."""
@@ -131,21 +128,29 @@ def _halo_kernel(
     m_in = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, load_layout))
     chans = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, load_layout))
     image_in = image0 + m_in // WP
-    iw = res_w - PAD_W + (ow0 + m_in % WP) * DIL_W
+    iw = res_w - PAD_W + (ow0 + m_in % WP) * (DIL_W * STRIDE)
     pixel_base = ((image_in.to(gl.int64) * H * W + iw) * C_TOTAL)[:, None] + (c0 + chans)[None, :]
     chan_ok = (chans < BLOCK_RG)[None, :]
     image_ok = image_in < BATCH
-    ih0 = res_h - PAD_H + oh0 * DIL_H
-    row_limit = ROWS + 2
+    ih0 = res_h - PAD_H + oh0 * (DIL_H * STRIDE)
+    row_limit = STRIDE * (ROWS - 1) + 3  # the input rows the chunk's windows cover
+    RING: gl.constexpr = 4 if STRIDE == 1 else 5
 
     # Input rows: RING slots of each of the 3 column shifts, each a [BLOCK_M, BLOCK_K] wgmma A operand.
     a_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_K], dtype)
-    rings = (gl.allocate_shared_memory(dtype, [4, BLOCK_M, BLOCK_K], a_layout),
-             gl.allocate_shared_memory(dtype, [4, BLOCK_M, BLOCK_K], a_layout),
-             gl.allocate_shared_memory(dtype, [4, BLOCK_M, BLOCK_K], a_layout))
+    rings = (gl.allocate_shared_memory(dtype, [RING, BLOCK_M, BLOCK_K], a_layout),
+             gl.allocate_shared_memory(dtype, [RING, BLOCK_M, BLOCK_K], a_layout),
+             gl.allocate_shared_memory(dtype, [RING, BLOCK_M, BLOCK_K], a_layout))
+    # The first window (rows 0-2) in one copy group; stride 2: the second window's two new rows in the next.
     for q in gl.static_range(3):
-        _issue_row(rings, x_ptr, pixel_base, image_ok, iw, chan_ok, q, ih0, H, W, C_TOTAL, DIL_H, DIL_W, row_limit)
+        _issue_row(rings, x_ptr, pixel_base, image_ok, iw, chan_ok, q, ih0, H, W, C_TOTAL, DIL_H, DIL_W, row_limit,
+                   RING)
     async_copy.commit_group()
+    if STRIDE == 2:
+        for q in gl.static_range(3, 5):
+            _issue_row(rings, x_ptr, pixel_base, image_ok, iw, chan_ok, q, ih0, H, W, C_TOTAL, DIL_H, DIL_W,
+                       row_limit, RING)
+        async_copy.commit_group()
 
     # The nine tap matrices, block diagonal over the merged groups, zero padded to BLOCK_K x BLOCK_N.
     b_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_K, BLOCK_N], dtype)
@@ -179,21 +184,30 @@ def _halo_kernel(
     y_rows = y_ptr + (out_base + (res_h + oh0 * DIL_H).to(gl.int64) * OW * K_TOTAL)
     previous = gl.zeros([BLOCK_M, BLOCK_N], dtype, layout=out_layout)
     for j in range(ROWS):
-        # Prefetch the row step j + 1 adds to its window; its slot held the row step j - 1 finished with.
-        _issue_row(rings, x_ptr, pixel_base, image_ok, iw, chan_ok, j + 3, ih0, H, W, C_TOTAL, DIL_H, DIL_W,
-                   row_limit)
-        async_copy.commit_group()
+        if STRIDE == 1:
+            # Prefetch the row step j + 1 adds to its window; its slot held the row step j - 1 finished with.
+            _issue_row(rings, x_ptr, pixel_base, image_ok, iw, chan_ok, j + 3, ih0, H, W, C_TOTAL, DIL_H, DIL_W,
+                       row_limit, RING)
+            async_copy.commit_group()
+        # Every copy group but the newest has landed: this step's window.
         async_copy.wait_group(1)
         gl.thread_barrier()
         fence_async_shared()
         acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=mma_layout)
         for tap in gl.static_range(9):
-            acc = warpgroup_mma(_slot(rings, tap % 3, j + tap // 3), taps.index(tap), acc,
+            acc = warpgroup_mma(_slot(rings, tap % 3, STRIDE * j + tap // 3, RING), taps.index(tap), acc,
                                 is_async=True)
         # Row j - 1's result goes out while row j's wgmma chain runs.
         oh_prev = res_h + (oh0 + j - 1) * DIL_H
         gl.store(y_rows + (j - 1) * row_pitch, previous, mask=out_ok & (oh_prev < OH) & (j > 0))
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        if STRIDE == 2:
+            # Rows 2j and 2j + 1 are done with (the next window starts at 2j + 2): their slots take the two
+            # rows step j + 2 adds, 2j + 5 and 2j + 6 — a whole step to land, as at stride 1.
+            for extra in gl.static_range(5, 7):
+                _issue_row(rings, x_ptr, pixel_base, image_ok, iw, chan_ok, 2 * j + extra, ih0, H, W, C_TOTAL,
+                           DIL_H, DIL_W, row_limit, RING)
+            async_copy.commit_group()
         previous = gl.convert_layout(acc.to(dtype), out_layout)
     oh_last = res_h + (oh0 + ROWS - 1) * DIL_H
     gl.store(y_rows + (ROWS - 1) * row_pitch, previous, mask=out_ok & (oh_last < OH))
@@ -211,15 +225,17 @@ class HaloConvolution:
         self.direction = direction
 
     def programs(self, config: KernelConfig) -> dict[str, Program]:
+        """``main``: the stride-1 walk (any dilation); ``strided`` (forward, where its ring fits in shared memory:
+        :func:`~tiledispatch.native.kernels.halo_tiling.strided_fits`): the stride-2 walk."""
         ptr = pointer_type(config.dtype)
-        main = Program(_halo_kernel,
-                       {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k,
-                        "MERGE": config.merge, "ROWS": config.group_m,
-                        "BACKWARD_DATA": self.direction is Direction.BACKWARD_DATA,
-                        "num_warps": config.num_warps},
-                       {"x_ptr": ptr, "w_ptr": ptr, "y_ptr": ptr, **{name: "i32" for name in _SIZE_PARAMS}},
-                       config.num_warps, 1)
-        return {"main": main}
+        types = {"x_ptr": ptr, "w_ptr": ptr, "y_ptr": ptr, **{name: "i32" for name in _SIZE_PARAMS}}
+        constexprs = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k,
+                      "MERGE": config.merge, "ROWS": config.group_m,
+                      "BACKWARD_DATA": self.direction is Direction.BACKWARD_DATA, "num_warps": config.num_warps}
+        strides = (1, 2) if self.direction is Direction.FORWARD and strided_fits(config) else (1,)
+        return {"main" if stride == 1 else "strided": Program(_halo_kernel, {**constexprs, "STRIDE": stride}, types,
+                                                               config.num_warps, 1)
+                for stride in strides}
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
         return 0
@@ -229,7 +245,7 @@ class HaloConvolution:
         sizes = (problem.batch, geo["src_h"], geo["src_w"], geo["src_c"], geo["dst_c"], geo["dst_h"], geo["dst_w"],
                  geo["pad_h"], geo["pad_w"], geo["dil_h"], geo["dil_w"], geo["rg"], geo["og"], geo["wp"],
                  geo["row_chunks"], geo["col_blocks"])
-        return [Launch("main", geo["grid"], (first, second, out, *sizes))]
+        return [Launch("main" if geo["stride"] == 1 else "strided", geo["grid"], (first, second, out, *sizes))]
 
 
 def emulate(problem: ConvProblem, config: KernelConfig, first: Any, weight: Any) -> Any:
@@ -249,13 +265,13 @@ def emulate(problem: ConvProblem, config: KernelConfig, first: Any, weight: Any)
     red = np.arange(config.block_k)
     col = np.arange(config.block_n)
     same_group = ((red // rg)[:, None] == (col // og)[None, :]) & (red < block_rg)[:, None] & (col < block_og)[None, :]
-    dil_h, dil_w = geo["dil_h"], geo["dil_w"]
+    dil_h, dil_w, stride, ring_size = geo["dil_h"], geo["dil_w"], geo["stride"], geo["ring"]
     for pid in range(geo["grid"][0]):
         col_block, rest = pid % geo["col_blocks"], pid // geo["col_blocks"]
         row_chunk, image0 = rest % geo["row_chunks"], (rest // geo["row_chunks"]) * (config.block_m // wp)
         res_h, res_w = row_chunk % dil_h, col_block % dil_w
         oh0, ow0 = (row_chunk // dil_h) * rows, (col_block // dil_w) * wp
-        image, iw = image0 + m // wp, res_w - geo["pad_w"] + (ow0 + m % wp) * dil_w
+        image, iw = image0 + m // wp, res_w - geo["pad_w"] + (ow0 + m % wp) * dil_w * stride
         for block in range(geo["grid"][1]):
             c0, k0 = block * block_rg, block * block_og
             taps = np.zeros((9, config.block_k, config.block_n))
@@ -265,25 +281,31 @@ def emulate(problem: ConvProblem, config: KernelConfig, first: Any, weight: Any)
                 else:
                     values = w[np.clip(k0 + col, 0, len(w) - 1)][:, tap][:, red % rg].T
                 taps[tap] = np.where(same_group, values, 0.0)
-            ring = np.zeros((3, RING, config.block_m, config.block_k))
+            ring = np.zeros((3, ring_size, config.block_m, config.block_k))
 
             def issue(q, ring=ring, image=image, iw=iw, oh0=oh0, c0=c0, res_h=res_h):
-                ih = res_h - geo["pad_h"] + (oh0 + q) * dil_h
+                ih = res_h - geo["pad_h"] + (oh0 * stride + q) * dil_h
                 for shift in range(3):
                     tile = np.zeros((config.block_m, config.block_k))
                     columns = iw + shift * dil_w
-                    if 0 <= ih < geo["src_h"] and q < rows + 2:
+                    if 0 <= ih < geo["src_h"] and q < geo["rows_read"]:
                         ok = (image < problem.batch) & (columns >= 0) & (columns < geo["src_w"])
                         chans = red < block_rg
                         rows_ok = np.flatnonzero(ok)
                         tile[np.ix_(rows_ok, np.flatnonzero(chans))] = x[image[rows_ok], ih][
                             np.arange(len(rows_ok)), columns[rows_ok]][:, c0 + red[chans]]
-                    ring[shift, q % RING] = tile
-            for q in range(3):
+                    ring[shift, q % ring_size] = tile
+            # The kernel's copy schedule: stride 1 issues row j + 3 before step j's taps, stride 2 rows 2j + 5 and
+            # 2j + 6 after them (into the slots of rows 2j and 2j + 1).
+            for q in range(3 if stride == 1 else 5):
                 issue(q)
             for j in range(rows):
-                issue(j + 3)
-                acc = sum(ring[tap % 3, (j + tap // 3) % RING] @ taps[tap] for tap in range(9))
+                if stride == 1:
+                    issue(j + 3)
+                acc = sum(ring[tap % 3, (stride * j + tap // 3) % ring_size] @ taps[tap] for tap in range(9))
+                if stride == 2:
+                    issue(2 * j + 5)
+                    issue(2 * j + 6)
                 oh = res_h + (oh0 + j) * dil_h
                 ow = res_w + (ow0 + m % wp) * dil_w
                 keep = (image < problem.batch) & (ow < geo["dst_w"])

@@ -6,6 +6,11 @@ Dilation ``d`` (per axis) splits the written positions into ``d_h · d_w`` resid
 ``o_h = r_h + d_h·o'`` read input rows ``r_h − p_h + d_h·(o' + t_h)`` only, so each class is a 3×3 convolution at
 dilation 1 over every ``d``-th input row and column (a sub-grid of ``⌈out / d⌉`` rows and columns), walked by the
 same ring; dilation 1 is the one class.
+
+Stride 2 (forward, dilation 1; the ``strided`` program): output row ``o`` reads input rows ``2·o − p_h + t_h`` and
+columns ``2·o_w − p_w + t_w``, so a chunk of ``R`` output rows walks ``2·R + 1`` input rows, two new ones a step, and a
+stream's column ``m`` reads every other input column; the ring holds five rows (the window and the two the next
+window adds).
 """
 
 from __future__ import annotations
@@ -25,6 +30,28 @@ def padded_width(out_w: int, block_m: int) -> int:
     return width
 
 
+#: Shared memory a program may take on sm_90 (227 KB), less the reserve the rule set keeps for the epilogue.
+SMEM_LIMIT_BYTES = 227 * 1024 - 8 * 1024
+
+
+def ring_slots(stride: int) -> int:
+    """Input-row slots of the ring: stride 1 reads a 3-row window and prefetches the one row the next window adds
+    (4); stride 2 holds its 3-row window and the two rows the next one adds (5)."""
+    return 4 if stride == 1 else 5
+
+
+def smem_bytes(config: KernelConfig, stride: int) -> int:
+    """A program's shared memory: the ring (3 column shifts × :func:`ring_slots` tiles of ``block_m × block_k``),
+    the nine tap matrices and the epilogue's conversion scratch (stride 1: ``KernelConfig.smem_bytes_estimate``)."""
+    ring = 3 * ring_slots(stride) * config.block_m * config.block_k
+    return (ring + 9 * config.block_k * config.block_n + config.block_m * config.block_n) * config.dtype.itemsize
+
+
+def strided_fits(config: KernelConfig) -> bool:
+    """Whether the config has a stride-2 (forward) program: its ring of 5 fits in shared memory."""
+    return config.direction is Direction.FORWARD and smem_bytes(config, 2) <= SMEM_LIMIT_BYTES
+
+
 def halo_geometry(problem: ConvProblem, config: KernelConfig) -> dict[str, Any]:
     """Sizes of the walk: the walked and written tensors' sizes and channels, reduction / output channels per
     group, pads (backward-data walks dY with ``2·d − pad_begin``), dilations, the sub-grid a residue class walks
@@ -39,9 +66,12 @@ def halo_geometry(problem: ConvProblem, config: KernelConfig) -> dict[str, Any]:
     wp = padded_width(sub_w, config.block_m)
     row_chunks, col_blocks = dil_h * cdiv(sub_h, config.group_m), dil_w * cdiv(sub_w, wp)
     grid = (cdiv(problem.batch, config.block_m // wp) * row_chunks * col_blocks, problem.groups // config.merge, 1)
+    stride = problem.stride[0]
     return {"src_c": problem.out_channels if backward else problem.in_channels,
             "dst_c": problem.in_channels if backward else problem.out_channels,
             "rg": kg if backward else cg, "og": cg if backward else kg,
             "src_h": src[0], "src_w": src[1], "dst_h": dst[0], "dst_w": dst[1], "pad_h": pads[0], "pad_w": pads[1],
             "dil_h": dil_h, "dil_w": dil_w, "sub_h": sub_h, "sub_w": sub_w,
-            "wp": wp, "row_chunks": row_chunks, "col_blocks": col_blocks, "grid": grid}
+            "wp": wp, "row_chunks": row_chunks, "col_blocks": col_blocks, "grid": grid,
+            "stride": stride, "ring": ring_slots(stride), "smem_bytes": smem_bytes(config, stride),
+            "rows_read": stride * (config.group_m - 1) + 3}

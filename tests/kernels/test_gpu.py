@@ -298,17 +298,20 @@ def test_random_grouped_walks(registry, direction, dtype, seed):
 
 
 def _random_halo_problem(rng: random.Random, direction: Direction, dtype: DType) -> ConvProblem:
-    """A 3x3 stride-1 grouped problem whose merged channel runs are multiples of 8: widths from 3 (many streams
-    a tile) to 70 (two column blocks of a 64-row tile), heights not multiples of the walk, every pad; a third
-    dilated (1-3 per axis: residue classes of unequal sizes)."""
+    """A 3x3 grouped problem whose merged channel runs are multiples of 8: widths from 3 (many streams a tile) to
+    70 (two column blocks of a 64-row tile), heights not multiples of the walk, every pad; a third dilated (1-3
+    per axis: residue classes of unequal sizes); forward: another third at stride 2 (the ``strided`` program;
+    widths up to 150: 75 output columns, two column blocks)."""
     cg, kg = rng.choice([(8, 8), (16, 16), (8, 16), (4, 4), (24, 8), (32, 32)])
     groups = rng.choice([2, 4, 8])
-    dilation = (rng.randint(1, 3), rng.randint(1, 3)) if rng.random() < 1 / 3 else (1, 1)
+    kind = rng.choice(["plain", "dilated", "strided"] if direction is Direction.FORWARD else ["plain", "dilated"])
+    dilation = (rng.randint(1, 3), rng.randint(1, 3)) if kind == "dilated" else (1, 1)
+    stride = (2, 2) if kind == "strided" else (1, 1)
     size = (rng.randint(2 * dilation[0] + 1, 30),
-            rng.choice([rng.randint(2 * dilation[1] + 1, 30), rng.randint(60, 70)]))
+            rng.choice([rng.randint(2 * dilation[1] + 1, 30), rng.randint(60, 150 if kind == "strided" else 70)]))
     return ConvProblem(direction=direction, dtype=dtype, batch=rng.randint(1, 5), groups=groups,
                        in_channels=groups * cg, out_channels=groups * kg, input_size=size, filter_size=(3, 3),
-                       stride=(1, 1), dilation=dilation,
+                       stride=stride, dilation=dilation,
                        pad_begin=(rng.randint(0, 2 * dilation[0]), rng.randint(0, 2 * dilation[1])),
                        pad_end=(rng.randint(0, 2 * dilation[0]), rng.randint(0, 2 * dilation[1])))
 

@@ -29,9 +29,10 @@ def _config(direction: Direction, block_m: int, block: int, rows: int, merge: in
 
 
 def _problem(direction: Direction, batch: int, groups: int, cg: int, kg: int, size: tuple[int, int],
-             pad_begin: tuple[int, int], pad_end: tuple[int, int], dilation: tuple[int, int] = (1, 1)) -> ConvProblem:
+             pad_begin: tuple[int, int], pad_end: tuple[int, int], dilation: tuple[int, int] = (1, 1),
+             stride: tuple[int, int] = (1, 1)) -> ConvProblem:
     return ConvProblem(direction=direction, dtype=DType.BF16, batch=batch, groups=groups, in_channels=groups * cg,
-                       out_channels=groups * kg, input_size=size, filter_size=(3, 3), stride=(1, 1),
+                       out_channels=groups * kg, input_size=size, filter_size=(3, 3), stride=stride,
                        dilation=dilation, pad_begin=pad_begin, pad_end=pad_end)
 
 
@@ -81,6 +82,31 @@ def test_walk_matches_reference(case, direction):
     _check(problem, _config(direction, block_m, block, rows, merge))
 
 
+# Stride 2 (forward; the ``strided`` program: two new input rows a step into a ring of five, every other input
+# column): (label, batch, groups, C/G, K/G, size, pad_begin, pad_end, config (block_m, block, rows, merge))
+STRIDED_CASES = [
+    # ResNeXt's stride-2 kind, odd sizes (7 x 6 outputs), the walk shorter than the output: two row chunks
+    ("merged_c8", 3, 8, 8, 8, (13, 11), (1, 1), (1, 1), (64, 32, 4, 4)),
+    # TF "same" padding (0 before, 1 after) on an even image, a 7-row walk (the ring's five slots wrap mid-walk)
+    ("same_pads_walk_of_7", 2, 4, 8, 8, (14, 14), (0, 0), (1, 1), (64, 16, 7, 2)),
+    # wide rows: 75 output columns, two column blocks of a 64-row tile; the walk longer than the output
+    ("two_column_blocks", 1, 2, 16, 16, (5, 150), (1, 1), (1, 1), (64, 16, 4, 1)),
+    # a 128-row tile, unequal group widths, asymmetric pads, no pad at the start
+    ("rows_128_asymmetric", 2, 2, 8, 16, (10, 9), (0, 1), (2, 0), (128, 32, 8, 1)),
+    # a 14-row walk over a 17-row image (9 outputs): rows past the input are zeros, rows past the walk unread
+    ("walk_of_14", 1, 2, 16, 16, (17, 12), (1, 1), (1, 1), (64, 16, 14, 1)),
+]
+
+
+@pytest.mark.parametrize("case", STRIDED_CASES, ids=lambda c: c[0])
+def test_strided_walk_matches_reference(case):
+    _, batch, groups, cg, kg, size, pad_begin, pad_end, (block_m, block, rows, merge) = case
+    problem = _problem(Direction.FORWARD, batch, groups, cg, kg, size, pad_begin, pad_end, stride=(2, 2))
+    config = _config(Direction.FORWARD, block_m, block, rows, merge)
+    assert halo_tiling.halo_geometry(problem, config)["ring"] == 5
+    _check(problem, config)
+
+
 def test_padded_width_fits_the_row_and_the_tile():
     width = halo_tiling.padded_width
     assert width(28, 64) == 32 and width(56, 64) == 64 and width(14, 64) == 16 and width(64, 64) == 64
@@ -89,7 +115,9 @@ def test_padded_width_fits_the_row_and_the_tile():
 
 
 @pytest.mark.parametrize("key, reason", [
-    ("fwd|bf16|2d|n2|g4|c32|k32|in9x9|f3x3|s2x2|d1x1|pb1x1|pe1x1", "stride"),
+    ("bwd_data|bf16|2d|n2|g4|c32|k32|in9x9|f3x3|s2x2|d1x1|pb1x1|pe1x1", "stride"),
+    ("fwd|bf16|2d|n2|g4|c32|k32|in9x9|f3x3|s2x2|d2x2|pb2x2|pe2x2", "stride/dilation"),
+    ("fwd|bf16|2d|n2|g4|c32|k32|in9x9|f3x3|s3x3|d1x1|pb1x1|pe1x1", "stride"),
     ("fwd|bf16|2d|n2|g4|c32|k32|in9x9|f3x3|s1x2|d2x2|pb2x2|pe2x2", "stride"),
     ("fwd|bf16|2d|n2|g4|c32|k32|in9x9|f5x5|s1x1|d1x1|pb2x2|pe2x2", "filter_size"),
     ("fwd|bf16|2d|n2|g2|c32|k32|in9x9|f3x3|s1x1|d1x1|pb1x1|pe1x1", "groups"),
@@ -97,9 +125,18 @@ def test_padded_width_fits_the_row_and_the_tile():
     ("fwd|bf16|2d|n2|g8|c24|k24|in9x9|f3x3|s1x1|d1x1|pb1x1|pe1x1", "in_channels/out_channels"),
 ])
 def test_support_names_the_field(key, reason):
-    config = _config(Direction.FORWARD, 64, 32, 8, 4)
-    support = is_supported(ConvProblem.from_key(key), config)
+    problem = ConvProblem.from_key(key)
+    support = is_supported(problem, _config(problem.direction, 64, 32, 8, 4))
     assert not support and support.reason.startswith(reason), support.reason
+
+
+def test_stride_2_needs_the_ring_to_fit():
+    # 128 rows x 64 channels: a ring of 5 x 3 shifts is 240 KB, past sm_90's 227 KB; 64 rows x 64 fits (200 KB)
+    key = "fwd|bf16|2d|n2|g8|c64|k64|in9x9|f3x3|s2x2|d1x1|pb1x1|pe1x1"
+    support = is_supported(ConvProblem.from_key(key), _config(Direction.FORWARD, 128, 64, 8, 8))
+    assert not support and support.reason.startswith("stride") and "shared memory" in support.reason
+    assert is_supported(ConvProblem.from_key(key), _config(Direction.FORWARD, 64, 64, 8, 8))
+    assert not halo_tiling.strided_fits(_config(Direction.BACKWARD_DATA, 64, 16, 8, 1))
 
 
 def test_geometry_grid_covers_every_output():
