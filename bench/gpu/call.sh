@@ -22,6 +22,9 @@
 #             lists and their order (default 'train validation'). A part of the rule set: BUILD_ARGS builds it
 #             and REFRESH_ARGS names it to the sweep (e.g. '--family dwrun --dtype bf16' and '--families dwrun'), so
 #             only its changed kernels are re-timed.
+#   halo_data: session 32's halo rows: the stale halo kernels re-timed (refresh, within WITHIN) on session 29's halo
+#             folders' problems, and forward every halo kernel on the stride-2 problems it now runs (a completion);
+#             DIRS (default 'fwd bwd_data'), KINDS; into $WORK/halo_{refresh,strided}_KIND_DIR.
 #   new:      refresh's completion half alone (DIRS default 'fwd bwd_data', KINDS), from a registry of only the
 #             new_kernels ($WORK/registry_new; BUILD=0 skips the default build this mode does not need).
 #   configs:  bench/gpu/config_probe.py on PROBE_KERNELS (default stages_probe_kernels.json), as built (PROBE_VARIANTS,
@@ -127,7 +130,7 @@ complete_new() {
     --cache-dir "$3" --out "$WORK/complete_new_${kind}_$d" >> "$WORK/logs/complete_new_${kind}_$d.txt" 2>&1
   echo "complete new $kind $d rc $?"; grep -E "^bench: completing" "$WORK/logs/complete_new_${kind}_$d.txt" | tail -1; tail -1 "$WORK/logs/complete_new_${kind}_$d.txt"
 }
-case ${1:?synth, complete, torch, planar, multiplier, refresh, new, probe, configs, l1, dwrow, dwrun, dwrun_data, dwrun_pair, flat, harness, held, halo, halo_weight, profiles, tests, variants or dev} in
+case ${1:?synth, complete, torch, planar, multiplier, refresh, new, halo_data, probe, configs, l1, dwrow, dwrun, dwrun_data, dwrun_pair, flat, harness, held, halo, halo_weight, profiles, tests, variants or dev} in
   synth) synth ;;
   complete)
     M=models/data/measured
@@ -244,6 +247,30 @@ print(json.dumps([p.to_dict() for p in s(100, seed=7) if p.c_per_group == 1 and 
     python3 bench/gpu/build_new.py "$WORK/registry_new" ${DIRS:-fwd bwd_data} 2>&1 | tail -1
     for d in ${DIRS:-fwd bwd_data}; do
       for kind in ${KINDS:-train validation}; do complete_new "$d" "$kind" "$WORK/registry_new"; done
+    done
+    ;;
+  halo_data)
+    # Session 32: the halo rows for the models. For each direction of DIRS (default 'fwd bwd_data') and kind of KINDS:
+    # re-time the stale halo kernels (build ids changed in session 31) within WITHIN (default 1.25) x the problem's
+    # earlier best halo time on session 29's halo folders' problems into $WORK/halo_refresh_KIND_DIR; forward: then
+    # time every halo kernel on the stride-2 problems it now runs (models/data/problems/strided_halo_KIND_fwd.json,
+    # bench/gpu/strided_halo_problems.py) as a completion of the measured folders into $WORK/halo_strided_KIND_fwd.
+    # BUILD_ARGS='--family halo --dtype bf16 --ndim 2' builds only what they time.
+    for d in ${DIRS:-fwd bwd_data}; do
+      for kind in ${KINDS:-train validation}; do
+        # shellcheck disable=SC2046
+        timeout "$(left)" td bench --problems "models/data/problems/${kind}_$d.json" --direction "$d" --training \
+          --refresh $(refresh_set "$d" "$kind" | tr ' ' '\n' | grep /h200_s29/) --refresh-within "${WITHIN:-1.25}" \
+          --families halo --cache-dir "$REG" --out "$WORK/halo_refresh_${kind}_$d" >> "$WORK/logs/halo_refresh_${kind}_$d.txt" 2>&1
+        echo "halo refresh $kind $d rc $?"; grep -E "^bench: refreshing" "$WORK/logs/halo_refresh_${kind}_$d.txt" | tail -1
+        if [ "$d" = fwd ]; then
+          # shellcheck disable=SC2046
+          timeout "$(left)" td bench --problems "models/data/problems/strided_halo_${kind}_fwd.json" --direction fwd --training \
+            --complete $(refresh_set fwd "$kind") --families halo --cache-dir "$REG" --out "$WORK/halo_strided_${kind}_fwd" \
+            >> "$WORK/logs/halo_strided_${kind}_fwd.txt" 2>&1
+          echo "halo strided $kind rc $?"; grep -E "^bench: completing" "$WORK/logs/halo_strided_${kind}_fwd.txt" | tail -1
+        fi
+      done
     done
     ;;
   configs)
