@@ -13,7 +13,7 @@ import pytest
 
 from tiledispatch.client import Client
 
-from ..service.harness import FAKE_HANDLER, ServerProcess, free_port
+from ..service.harness import FAKE_HANDLER, ServerProcess, free_port, newest_models
 from .conftest import REPO
 
 PROBLEM = dict(direction="fwd", dtype="bf16", batch=2, groups=2, in_channels=8, out_channels=8, input_size=[6, 6],
@@ -41,8 +41,9 @@ def exported_series(exposition: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    process = ServerProcess(tmp_path_factory.mktemp("metrics"), "--gpus", "0", "--arch", "sm_90",
-                            "--worker-handler", FAKE_HANDLER, "--threads", "2", "--grace-s", "1").start()
+    tmp = tmp_path_factory.mktemp("metrics")
+    process = ServerProcess(tmp, "--gpus", "0", "--arch", "sm_90", "--worker-handler", FAKE_HANDLER, "--threads", "2",
+                            "--grace-s", "1", "--models-dir", str(newest_models(tmp))).start()
     yield process
     process.stop()
 

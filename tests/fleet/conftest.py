@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from ..service.harness import FAKE_HANDLER, ServerProcess
+from ..service.harness import FAKE_HANDLER, ServerProcess, newest_models
 
 REPLICAS = 3
 _SAMPLE = re.compile(r'^(?P<name>[a-z_]+)\{(?P<labels>[^}]*)\} (?P<value>\S+)$', re.MULTILINE)
@@ -55,7 +55,8 @@ def fleet(tmp_path_factory):
     """Three replicas: a list of ServerProcess (a test may kill one: it is the module's last)."""
     tmp = tmp_path_factory.mktemp("fleet")
     servers = [ServerProcess(tmp, "--gpus", "0", "--arch", "sm_90", "--worker-handler", FAKE_HANDLER,
-                             "--threads", "4", "--grace-s", "1") for _ in range(REPLICAS)]
+                             "--threads", "4", "--grace-s", "1", "--models-dir", str(newest_models(tmp)))
+               for _ in range(REPLICAS)]
     start_all(servers)
     yield servers
     for server in servers:

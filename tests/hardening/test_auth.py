@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from tests.service.conftest import TINY, crashing_kernel
-from tests.service.harness import FAKE_HANDLER, TILEDISPATCH, ServerProcess, free_port, settings_for
+from tests.service.harness import FAKE_HANDLER, TILEDISPATCH, ServerProcess, free_port, newest_models, settings_for
 from tiledispatch.client import (
     Client,
     InternalError,
@@ -185,7 +185,7 @@ def test_server_process_with_tls_from_the_environment_and_the_cli(pki, tokens_fi
     certificates, tokens), called by the CLI with --token/--ca-cert."""
     env = {"TILEDISPATCH_TLS_CERT": str(pki.server.cert), "TILEDISPATCH_TLS_KEY": str(pki.server.key),
            "TILEDISPATCH_AUTH_TOKENS_FILE": str(tokens_file)}
-    server = ServerProcess(tmp_path, "--gpus", "none", env=env)
+    server = ServerProcess(tmp_path, "--gpus", "none", "--models-dir", str(newest_models(tmp_path)), env=env)
     server.start = _start_tls(server, Tls(ca_cert=pki.ca.cert))
     server.start()
     try:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.service.conftest import TINY
-from tests.service.harness import FAKE_HANDLER, ServerProcess, free_port, settings_for
+from tests.service.harness import FAKE_HANDLER, ServerProcess, free_port, newest_models, settings_for
 from tiledispatch.client import Client, FailedPreconditionError, ResourceExhaustedError
 from tiledispatch.client.errors import TileDispatchError
 from tiledispatch.native.problem import ConvProblem
@@ -43,7 +43,7 @@ def _supported(n: int) -> list[str]:
 # ---- a GPU worker killed mid-Benchmark -----------------------------------------------------------
 def test_worker_killed_mid_benchmark(tmp_path):
     server = ServerProcess(tmp_path, "--gpus", "0", "--worker-handler", SLOW, "--kernel-timeout-s", "20",
-                           env={"TILEDISPATCH_SLOW_GPU_S": "0.5"}).start()
+                           "--models-dir", str(newest_models(tmp_path)), env={"TILEDISPATCH_SLOW_GPU_S": "0.5"}).start()
     db = Path(server.args[server.args.index("--db") + 1])
     try:
         with Client(server.target, retries=0, timeout=120) as client:
@@ -209,7 +209,8 @@ def test_disk_full_simulated(tmp_path):
 # ---- SIGKILL mid-write ---------------------------------------------------------------------------
 def test_sigkill_mid_write_loses_nothing_acknowledged(tmp_path):
     db = tmp_path / "kill.sqlite"
-    server = ServerProcess(tmp_path, "--gpus", "0", "--worker-handler", FAKE_HANDLER, "--db", str(db)).start()
+    server = ServerProcess(tmp_path, "--gpus", "0", "--worker-handler", FAKE_HANDLER, "--db", str(db),
+                           "--models-dir", str(newest_models(tmp_path))).start()
     acknowledged = [0]
     lock = threading.Lock()
     stop = threading.Event()
@@ -249,7 +250,8 @@ def test_sigkill_mid_write_loses_nothing_acknowledged(tmp_path):
         time.sleep(0.2)  # orphaned workers see their pipe close and exit
     assert not [pid for pid in workers if Path(f"/proc/{pid}").exists() and
                 Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"], "GPU workers outlived the server"
-    again = ServerProcess(tmp_path, "--gpus", "none", "--db", str(db), port=free_port()).start()
+    again = ServerProcess(tmp_path, "--gpus", "none", "--db", str(db), "--models-dir", str(newest_models(tmp_path)),
+                          port=free_port()).start()
     try:
         with Client(again.target, retries=0) as client:
             assert client.info()["tuning_db_rows"] == after

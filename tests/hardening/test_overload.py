@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests.service.conftest import TINY
-from tests.service.harness import ServerProcess, settings_for
+from tests.service.harness import ServerProcess, newest_models, settings_for
 from tiledispatch.client import Client, DeadlineExceededError, ResourceExhaustedError
 from tiledispatch.client.errors import TileDispatchError
 
@@ -36,7 +36,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 def test_flood_is_shed_with_bounded_memory_and_latency(tmp_path):
     server = ServerProcess(tmp_path, "--gpus", "none", "--max-concurrency", "8", "--max-queue", "3", "--threads", "2",
-                           "--max-message-mb", "4").start()
+                           "--max-message-mb", "4", "--models-dir", str(newest_models(tmp_path))).start()
     pid = server.process.pid
     try:
         with Client(server.target, retries=0, timeout=60) as warm:  # imports, caches, first allocations

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.service.conftest import TINY
-from tests.service.harness import FAKE_HANDLER, ServerProcess
+from tests.service.harness import FAKE_HANDLER, ServerProcess, newest_models
 from tiledispatch.client import Client
 from tiledispatch.client.errors import TileDispatchError
 
@@ -67,7 +67,8 @@ def _client_loop(target: str, index: int, stop_at: float, tally: collections.Cou
 def test_soak(tmp_path):
     seconds = float(os.environ.get("TILEDISPATCH_SOAK_S", "45"))
     clients = 6
-    server = ServerProcess(tmp_path, "--gpus", "0", "--worker-handler", FAKE_HANDLER, "--threads", "4").start()
+    server = ServerProcess(tmp_path, "--gpus", "0", "--worker-handler", FAKE_HANDLER, "--threads", "4",
+                           "--models-dir", str(newest_models(tmp_path))).start()
     pid = server.process.pid
     db = Path(server.args[server.args.index("--db") + 1])
     tally: collections.Counter = collections.Counter()

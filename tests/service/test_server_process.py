@@ -29,7 +29,7 @@ from tiledispatch.v1 import tiledispatch_pb2 as pb
 
 from ..conftest import HAS_CUDA
 from .conftest import TINY
-from .harness import SERVICE, ServerProcess, health_status
+from .harness import SERVICE, ServerProcess, health_status, newest_models
 
 #: The shipped forward model the server picks: the newest version under models/artifacts.
 SHIPPED_FWD = "lgbm-sm_90-bf16-fwd"
@@ -166,7 +166,8 @@ def test_load_on_loopback(server_process):
 
 
 def test_graceful_shutdown_on_sigterm(tmp_path):
-    server = ServerProcess(tmp_path, "--gpus", "none", "--grace-s", "2").start()
+    server = ServerProcess(tmp_path, "--gpus", "none", "--grace-s", "2",
+                           "--models-dir", str(newest_models(tmp_path))).start()
     with Client(server.target) as client:
         assert client.select(TINY).source == "model"
     start = time.monotonic()

@@ -198,9 +198,10 @@ def test_a_server_leaves_no_shared_memory_behind(tmp_path, how):
     import signal
     import time
 
-    from .harness import FAKE_HANDLER, ServerProcess
+    from .harness import FAKE_HANDLER, ServerProcess, newest_models
 
-    server = ServerProcess(tmp_path, "--gpus", "0", "--worker-handler", FAKE_HANDLER).start()
+    server = ServerProcess(tmp_path, "--gpus", "0", "--worker-handler", FAKE_HANDLER,
+                           "--models-dir", str(newest_models(tmp_path))).start()
     pattern = f"/dev/shm/{SHM_PREFIX}{server.process.pid}-*"
     try:
         spec = dict(direction="fwd", dtype="fp16", batch=2, groups=1, in_channels=16, out_channels=4,
