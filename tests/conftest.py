@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 
@@ -33,3 +34,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
         if "interpreter" in item.keywords and HAS_CUDA:
             item.add_marker(skip_interp)
+
+
+@pytest.fixture(scope="session")
+def shipped_model_store():
+    """The server's ModelStore of every shipped model (models/artifacts, all versions) for sm_90, loaded once a
+    test process (57 folders: about 11 s on the 2-core CI machine). Its users only choose, find and predict."""
+    from tiledispatch.native.arch import get_arch
+    from tiledispatch.server.predictors import ModelStore
+
+    return ModelStore.load(Path(__file__).resolve().parents[1] / "models" / "artifacts", get_arch("sm_90"))

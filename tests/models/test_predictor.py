@@ -164,7 +164,7 @@ PRE_DWROLL_MODELS = {Direction.FORWARD: ("lgbm-sm_90-bf16-fwd", "5"),
                      Direction.BACKWARD_WEIGHT: ("lgbm-sm_90-bf16-bwd_weight", "4")}
 
 
-def test_select_through_the_service_leaves_dwroll_to_a_model_that_saw_it(tmp_path):
+def test_select_through_the_service_leaves_dwroll_to_a_model_that_saw_it(tmp_path, shipped_model_store):
     """The server's Select ranks with ``models.predictor.rank``: a model trained before dwroll (pinned)
     leaves it out; asked for dwroll only, it ranks it (never an empty answer); the newest shipped models,
     trained with dwroll rows, and the analytic model rank it."""
@@ -172,14 +172,13 @@ def test_select_through_the_service_leaves_dwroll_to_a_model_that_saw_it(tmp_pat
     from tiledispatch.native.configs import Family
     from tiledispatch.server.catalog import Catalog
     from tiledispatch.server.metrics import Metrics
-    from tiledispatch.server.predictors import ModelStore
     from tiledispatch.server.selection import Policy, Selector, SelectQuery, Source
     from tiledispatch.server.tuning_db import TuningDB
 
     spec = get_arch("sm_90")
     db = TuningDB(tmp_path / "t.sqlite")
     try:
-        selector = Selector(Catalog.load(None, spec), ModelStore.load(ARTIFACTS, spec), db, spec.name, Metrics())
+        selector = Selector(Catalog.load(None, spec), shipped_model_store, db, spec.name, Metrics())
         for direction in Direction:
             problem = _depthwise(direction)
             pinned = PRE_DWROLL_MODELS[direction]

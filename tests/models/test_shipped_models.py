@@ -52,11 +52,8 @@ def test_the_recorded_command_reproduces_the_forward_model_bit_for_bit(tmp_path,
 
 
 @pytest.mark.parametrize("dtype", [DType.BF16, DType.FP16], ids=lambda d: d.value)
-def test_the_server_serves_the_shipped_models(dtype):
-    from tiledispatch.native.arch import get_arch
-    from tiledispatch.server.predictors import ModelStore
-
-    store = ModelStore.load(ARTIFACTS, get_arch("sm_90"))
+def test_the_server_serves_the_shipped_models(dtype, shipped_model_store):
+    store = shipped_model_store  # ModelStore.load(ARTIFACTS, sm_90), once for both dtypes
     for direction in Direction:
         model = store.choose(dtype, direction)
         assert model is not None and model.kind == "trained" and model.covers("sm_90", dtype, direction), direction

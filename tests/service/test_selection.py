@@ -273,14 +273,11 @@ def test_3d_problem_with_a_deep_filter_keeps_3d_kernels(parts):
     assert {c.ndim for c in selector.catalog.candidates(depthwise)} == {3}
 
 
-def test_predictions_for_a_planar_problem_take_each_kernels_form(tmp_path):
+def test_predictions_for_a_planar_problem_take_each_kernels_form(tmp_path, shipped_model_store):
     """Benchmark reports predict each measured kernel on the problem it runs: a 2D kernel on the planar form
     (the shipped trained model: its features see the input sizes, which the two forms spell differently)."""
-    from pathlib import Path
-
     db = TuningDB(tmp_path / "t.sqlite")
-    artifacts = Path(__file__).resolve().parents[2] / "models" / "artifacts"
-    selector = Selector(Catalog.load(None, SPEC), ModelStore.load(artifacts, SPEC), db, SPEC.name, Metrics())
+    selector = Selector(Catalog.load(None, SPEC), shipped_model_store, db, SPEC.name, Metrics())  # models/artifacts
     depthwise = problem(groups=24, in_channels=24, out_channels=24, input_size=(5, 37, 37), filter_size=(1, 3, 3),
                         stride=(1, 1, 1), dilation=(1, 1, 1), pad_begin=(0, 1, 1), pad_end=(0, 1, 1), batch=8)
     flat = [c for c in selector.catalog.configs if c.ndim == 2 and is_supported(depthwise, c)][:4]
