@@ -73,12 +73,14 @@ def _problems(direction: Direction, dtype: DType, ndim: int, rng: random.Random)
                                in_channels=groups * cg, out_channels=groups * kg, input_size=size, filter_size=filt,
                                stride=stride, dilation=dilation, pad_begin=tuple(f // 2 for f in filt),
                                pad_end=tuple(rng.randint(0, f // 2) for f in filt)))
-    # model layers: depthwise 3x3 / 7x7 stride 1, ResNeXt's grouped 3x3 (C/G = 4, 8)
+    # model layers: depthwise 3x3 / 7x7 stride 1, ResNeXt's grouped 3x3 (C/G = 4, 8; and its stride-2 kind, the
+    # halo family's strided program in 2D forward)
     spatial = (14, 14) if ndim == 2 else (4, 14, 14)
-    for groups, cg, filt in ((96, 1, 3), (96, 1, 7), (32, 4, 3), (32, 8, 3)):
+    for groups, cg, filt, step in ((96, 1, 3, 1), (96, 1, 7, 1), (32, 4, 3, 1), (32, 8, 3, 1), (32, 8, 3, 2)):
         f = (filt,) * ndim if ndim == 2 else (3, filt, filt)
+        stride = (step,) * ndim if ndim == 2 else (1, step, step)
         out.append(ConvProblem(direction=direction, dtype=dtype, batch=4, groups=groups, in_channels=groups * cg,
-                               out_channels=groups * cg, input_size=spatial, filter_size=f, stride=(1,) * ndim,
+                               out_channels=groups * cg, input_size=spatial, filter_size=f, stride=stride,
                                dilation=(1,) * ndim, pad_begin=tuple(x // 2 for x in f),
                                pad_end=tuple(x // 2 for x in f)))
     return out
