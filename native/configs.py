@@ -40,11 +40,12 @@ gwalk      2D 3×3 grouped conv on tensor cores walking      forward / backward-
            output row (forward and backward-data) or        K × merged C × (images × input columns);
            filter row (backward-weight) it feeds            ``group_m`` = output rows walked (1, 2 or
                                                             4), ``merge`` ≥ 1
-halo       2D 3×3 stride-1 grouped conv on tensor cores     GEMM M (images × padded output columns)
-           from a shared-memory ring of input rows          × merged output channels (≥ MERGE·K/G) ×
-           (Gluon; forward and backward-data): each input   merged reduction channels (≥ MERGE·C/G);
-           row is copied once per column shift, every tap   ``group_m`` = output rows a program walks
-           is a wgmma on two shared-memory operands         (4–32), ``merge`` ≥ 1
+halo       2D 3×3 grouped conv on tensor cores from a       GEMM M (images × padded output columns)
+           shared-memory ring of input rows (Gluon; stride  × merged output channels (≥ MERGE·K/G) ×
+           1 forward and backward-data, stride 2 forward):  merged reduction channels (≥ MERGE·C/G);
+           each input row is copied once per column shift,  ``group_m`` = output rows a program walks
+           every tap is a wgmma on two shared-memory        (4–32), ``merge`` ≥ 1
+           operands
 =========  ===============================================  =========================================
 
 ``split_k`` splits the GEMM reduction into that many contiguous parts (a grid axis), each written to an

@@ -3,7 +3,7 @@ forward model's measured training and validation folders (``bench/gpu/refresh_se
 for the completion sweep that times halo on them (``call.sh halo_data``), so the sweep plans over these problems
 only, not the whole 3,000-problem list.
 
-    python bench/gpu/strided_halo_problems.py      # writes models/data/problems/strided_halo_{train,validation}_fwd.json
+    python bench/gpu/strided_halo_problems.py   # models/data/problems/strided_halo_{train,validation}_fwd.json
 """
 
 from __future__ import annotations

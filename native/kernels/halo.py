@@ -1,5 +1,5 @@
-"""Grouped 3×3 stride-1 convolution on tensor cores from shared-memory input rows (halo): forward and
-backward-data, 2D, bf16/fp16. A Gluon kernel (explicit shared memory, ``cp.async``, wgmma).
+"""Grouped 3×3 convolution on tensor cores from shared-memory input rows (halo): stride 1 forward and
+backward-data, stride 2 forward; 2D, bf16/fp16. A Gluon kernel (explicit shared memory, ``cp.async``, wgmma).
 
 GEMM mapping, per program: rows ``m`` (GEMM M = ``BLOCK_M``): ``STREAMS = BLOCK_M / WP`` images × ``WP``
 padded columns (``WP`` = the power of two ≥ ``out_w``, at most ``BLOCK_M``; columns past ``out_w`` are
@@ -25,6 +25,14 @@ Dilation ``d`` (any, per axis): a program walks one residue class (``halo_tiling
 ``r_h − p_h + d_h·(oh0 + q)`` and shift ``s`` reads ``s·d_w`` columns over — the same walk, the row and column
 pitches multiplied by ``d``; a stream is the power of two ≥ the class's ``⌈out_w / d_w⌉`` columns wide.
 
+Stride 2 (forward, dilation 1; the ``strided`` program, one per config whose ring fits in shared memory): ring row
+``q`` is input row ``2·oh0 − p_h + q``, output row ``j`` reads ring rows ``2j + fr``, a stream's column ``m`` reads
+input column ``2·(ow0 + m) − p_w + s``. A step adds two rows to the window, so the ring has five slots: rows
+``2j + 5`` and ``2j + 6`` (the window of step ``j + 2``) are copied after step ``j``'s wgmma chain into the slots of
+rows ``2j`` and ``2j + 1``, which the next window no longer reads — a whole step to land, as at stride 1. H200,
+session 32 (``bench/results/2026-11-29_h200_s32/``, call 2): the dev suite's n32 g32 c256 56² stride-2 layer
+(C/G 8) 24.7 µs against gmerge's 30.2 (the registry's best before) and cuDNN's 31.2.
+
 Backward-data (stride 1) is the same walk over dY into dX: reduction over the block's MERGE·K/G output
 channels, columns its MERGE·C/G input channels, tap ``t`` reading the forward's tap ``8 − t`` transposed
 (``B_t[r, j] = W[c0 + r, 8 − t, j mod C/G]``), pads ``2·d − pad_begin``.
@@ -33,7 +41,7 @@ Why (H200, ``bench/results/2026-11-28_h200_s28/``, probe calls 3–5): on the de
 with C/G 4–56 the registry's gmerge / gwalk kernels spend their issue slots on per-row addresses and masks
 (session 16's SASS: 173 instructions per reduction step for 4 HGMMA); this kernel was 1.28–1.41× the
 registry's best forward and 1.32–1.68× its best backward-data on those layers. It loses where the ring's
-prologue dominates (7×7 images) and is for 3×3, stride 1 only (compiled in). Dilated (session 31, H200,
+prologue dominates (7×7 images) and is for 3×3 filters only. Dilated (session 31, H200,
 ``bench/results/2026-11-28_h200_s31/``): the dev suite's n8 g8 c256 64² dilation-2 layer, forward 22.2 µs
 (cuDNN 29.5; the registry's best before, igemm, 29.8 in call 1), backward-data 21.5 (cuDNN 27.4; igemm 34.9).
 Two rows' wgmma chains in flight (row j's issued before row j − 1's wait; same call) ran 0.55–0.99× this walk
