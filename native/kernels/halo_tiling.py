@@ -17,9 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from tiledispatch.native.arch import get_arch
 from tiledispatch.native.configs import KernelConfig
 from tiledispatch.native.kernels.base import cdiv
 from tiledispatch.native.problem import ConvProblem, Direction
+from tiledispatch.native.rules import EPILOGUE_SMEM_RESERVE
 
 
 def padded_width(out_w: int, block_m: int) -> int:
@@ -30,8 +32,9 @@ def padded_width(out_w: int, block_m: int) -> int:
     return width
 
 
-#: Shared memory a program may take on sm_90 (227 KB), less the reserve the rule set keeps for the epilogue.
-SMEM_LIMIT_BYTES = 227 * 1024 - 8 * 1024
+#: Shared memory a program may take on sm_90 (the only target of this Gluon kernel), less the reserve the rule set
+#: keeps for the epilogue (the limit ``rules`` holds the stride-1 ring to).
+SMEM_LIMIT_BYTES = get_arch("sm_90").smem_per_block_bytes - EPILOGUE_SMEM_RESERVE
 
 
 def ring_slots(stride: int) -> int:

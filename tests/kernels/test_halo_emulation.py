@@ -139,6 +139,16 @@ def test_stride_2_needs_the_ring_to_fit():
     assert not halo_tiling.strided_fits(_config(Direction.BACKWARD_DATA, 64, 16, 8, 1))
 
 
+def test_the_stride_1_ring_is_the_configs_shared_memory_estimate():
+    # halo_tiling.smem_bytes (features, support) and KernelConfig.smem_bytes_estimate (the rule set) count the same
+    # stride-1 program; every default halo tile has a stride-2 program (forward)
+    from tiledispatch.native.rules import rule_set_configs
+
+    configs = [c for c in rule_set_configs("default", "sm_90") if c.family is Family.HALO]
+    assert configs and all(halo_tiling.smem_bytes(c, 1) == c.smem_bytes_estimate for c in configs)
+    assert all(halo_tiling.strided_fits(c) for c in configs if c.direction is Direction.FORWARD)
+
+
 def test_geometry_grid_covers_every_output():
     problem = _problem(Direction.FORWARD, 5, 8, 8, 8, (28, 28), (1, 1), (1, 1))
     geo = halo_tiling.halo_geometry(problem, _config(Direction.FORWARD, 64, 32, 16, 4))
