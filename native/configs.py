@@ -94,16 +94,12 @@ class Family(str, Enum):
 
     @property
     def uses_tensor_cores(self) -> bool:
-        return self not in (Family.DIRECT, Family.DWROLL, Family.DWROW, Family.DWRUN)
+        return self not in _CUDA_CORE_FAMILIES
 
     @property
     def directions(self) -> tuple[Direction, ...]:
         """The directions the family has kernels for (tma: forward and backward-data; dwrow: backward-weight)."""
-        if self in (Family.TMA, Family.HALO):
-            return (Direction.FORWARD, Direction.BACKWARD_DATA)
-        if self is Family.DWROW:
-            return (Direction.BACKWARD_WEIGHT,)
-        return tuple(Direction)
+        return _FAMILY_DIRECTIONS.get(self, _EVERY_DIRECTION)
 
     @property
     def ndims(self) -> tuple[int, ...]:
@@ -122,6 +118,14 @@ class Family(str, Enum):
         if self in (Family.TMA, Family.GWALK, Family.HALO):
             return (DType.BF16, DType.FP16)
         return tuple(DType)
+
+
+# Looked up by identity (enum members hash by their value: one dict or set probe, not a tuple scan of str ``==``).
+_CUDA_CORE_FAMILIES = frozenset({Family.DIRECT, Family.DWROLL, Family.DWROW, Family.DWRUN})
+_FAMILY_DIRECTIONS = {Family.TMA: (Direction.FORWARD, Direction.BACKWARD_DATA),
+                      Family.HALO: (Direction.FORWARD, Direction.BACKWARD_DATA),
+                      Family.DWROW: (Direction.BACKWARD_WEIGHT,)}
+_EVERY_DIRECTION = tuple(Direction)
 
 
 @dataclass(frozen=True)
@@ -151,6 +155,8 @@ class KernelConfig:
         if not isinstance(self.index64, bool):
             raise ConfigError(f"index64: must be a bool, got {self.index64!r}")
         for name, kind in (("direction", Direction), ("dtype", DType), ("family", Family)):
+            if type(getattr(self, name)) is kind:  # the rule sets' hundreds of thousands of candidates: no lookup
+                continue
             try:
                 set_(self, name, kind(getattr(self, name)))
             except ValueError:
