@@ -45,20 +45,3 @@ def shipped_model_store():
 
     return ModelStore.load(Path(__file__).resolve().parents[1] / "models" / "artifacts", get_arch("sm_90"))
 
-
-@pytest.hookimpl(trylast=True)
-def pytest_configure(config):
-    """An xdist worker reads the ``full`` slices another worker of this run generated (tests/shared_rule_sets.py)."""
-    if hasattr(config, "workerinput"):
-        from tests import shared_rule_sets
-
-        shared_rule_sets.install(config._tmp_path_factory.getbasetemp().parent / "rule-sets")
-
-
-def pytest_sessionfinish(session):
-    """The controller of an xdist run removes the workers' shared rule-set files (~190 MB)."""
-    config = session.config
-    if not hasattr(config, "workerinput") and config.pluginmanager.hasplugin("dsession"):
-        import shutil
-
-        shutil.rmtree(config._tmp_path_factory.getbasetemp() / "rule-sets", ignore_errors=True)
