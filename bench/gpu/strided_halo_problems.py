@@ -39,8 +39,7 @@ def main() -> None:
         measured = measured_keys(sets[kind])
         keep = []
         for index, fields in enumerate(source["problems"]):
-            problem = ConvProblem(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in fields.items()
-                                     if k != "layout"})
+            problem = ConvProblem.from_dict(fields)
             if (tuple(problem.stride) == (2, 2) and problem.key in measured
                     and any(is_supported(problem, c) for c in halo)):
                 keep.append(index)
