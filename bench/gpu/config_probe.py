@@ -17,7 +17,9 @@ Kernel lists: ``l1_probe_kernels.json`` (per non-depthwise dev-suite problem and
 fastest pipelined igemm / gmerge / gemm1x1 kernels of session 15's dev suite, H200);
 ``stages_probe_kernels.json`` (the same kernels at 2–5 pipeline stages); ``regcap_probe_kernels.json`` (per
 non-depthwise dev-suite backward-data problem, session 23's fastest tensor-core kernels and those with a
-register budget, for ``--variants cg,cap``: each compiled as ptxas chooses and under its budget).
+register budget, for ``--variants cg,cap``: each compiled as ptxas chooses and under its budget);
+``neighbor_probe_kernels.json`` (``neighbor_probe_kernels.py``: the ``full`` neighbours of the best tensor-core kernels
+on the 2D grouped layers under 1.5× cuDNN, for ``--variants cap``: as the registry builds them).
 
 Usage (GPU machine): ``python bench/gpu/config_probe.py --out DIR [--kernels FILE] [--variants cg,ca]
 [--workers N]``; writes ``DIR/probe.csv``

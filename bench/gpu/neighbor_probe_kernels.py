@@ -1,0 +1,102 @@
+"""Write ``neighbor_probe_kernels.json`` for ``config_probe.py``: the ``full`` neighbours of the dev suite's best
+tensor-core kernels on the 2D grouped layers where the registry misses 1.5× cuDNN (the depthwise layers
+run CUDA-core kernels, whose tiles earlier probes swept).
+
+Why: ``default`` samples the splits, pipeline depths, merges and walk lengths of its tensor-core tiles coarsely
+(backward-weight gmerge: splits 1, 4, 16; halo: the walks of a few probes). On the layers behind the missed
+forward and backward-weight targets the best kernel's siblings along those axes were never timed. This lists, per
+layer-direction, the two fastest tensor-core kernels of a dev-suite run and every ``full`` config that differs from
+one of them in split count × pipeline depth (igemm / gmerge / gemm1x1), merge, or walk length × merge (gwalk;
+halo: × its channel tile), and that supports the layer.
+
+Usage (CPU): ``PYTHONPATH=. python bench/gpu/neighbor_probe_kernels.py --rows DIRECTION=DIR [...] --out FILE``;
+``--rows``: per direction (fwd, bwd_weight), the dev-suite parquet folder (``td bench`` output) to take its seeds and
+speedups from (one run per direction: cuDNN's times move between runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from tiledispatch.native.configs import Family, KernelConfig, parse_kernel_name
+from tiledispatch.native.problem import ConvProblem
+from tiledispatch.native.rules import rule_set_names
+from tiledispatch.native.support import is_supported
+
+#: Layers at or above this speedup over cuDNN are left out (the target).
+TARGET = 1.5
+SEEDS_PER_LAYER = 2
+_SPLITS = (1, 2, 4, 8, 16, 32, 64)
+_STAGES = (2, 3, 4, 5)
+_MERGES = (1, 2, 4, 8, 16, 32)
+_HALO_ROWS = (4, 7, 8, 14, 16, 28, 32)
+_HALO_WIDTHS = (16, 32, 64)
+_WALK_SPLITS = (4, 8, 16, 32, 64, 128)
+
+
+def neighbours(seed: KernelConfig) -> list[KernelConfig]:
+    """Configs one axis group away from ``seed`` (before the ``full`` and support filters)."""
+    out = []
+    if seed.family is Family.HALO:
+        for width, rows, merge in itertools.product(_HALO_WIDTHS, _HALO_ROWS, _MERGES):
+            out.append(dataclasses.replace(seed, block_n=width, block_k=width, group_m=rows, merge=merge))
+    elif seed.family is Family.GWALK:
+        for split, merge in itertools.product(_WALK_SPLITS if seed.split_k > 1 else (1,), _MERGES):
+            out.append(dataclasses.replace(seed, split_k=split, merge=merge))
+    elif seed.family in (Family.IGEMM, Family.GMERGE, Family.GEMM1X1):
+        splits = _SPLITS if seed.direction.value == "bwd_weight" or seed.split_k > 1 else (1,)
+        for split, stages in itertools.product(splits, _STAGES):
+            out.append(dataclasses.replace(seed, split_k=split, num_stages=stages))
+        if seed.family is Family.GMERGE:
+            out.extend(dataclasses.replace(seed, merge=merge) for merge in _MERGES[1:])
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", action="append", required=True, metavar="DIRECTION=DIR")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    frames = []
+    for spec in args.rows:
+        direction, _, folder = spec.partition("=")
+        if direction not in ("fwd", "bwd_weight") or not folder:
+            parser.error(f"--rows: expected fwd=DIR or bwd_weight=DIR, got {spec!r}")
+        frame = pd.concat([pd.read_parquet(path) for path in sorted(Path(folder).glob("rows-*.parquet"))])
+        frames.append(frame[frame.direction == direction])
+    rows = pd.concat(frames)
+    rows = rows[(rows.status == "ok") & (rows.ndim == 2)
+                & (rows.problem_class == "2d_grouped")]
+    full = rule_set_names("full")
+    problems: dict[str, list[list]] = {}
+    for key, layer in rows.groupby("problem_key"):
+        cudnn = layer[layer.family == "cudnn"].graph_us.min()
+        ours = layer[layer.family != "cudnn"].sort_values("graph_us")
+        if ours.empty or cudnn / ours.graph_us.iloc[0] >= TARGET:
+            continue
+        problem = ConvProblem.from_key(key)
+        tensor = ours[ours.family.isin(["igemm", "gmerge", "gemm1x1", "gwalk", "halo"])]
+        seeds = [parse_kernel_name(name) for name in tensor.kernel.head(SEEDS_PER_LAYER)]
+        names = {seed.name for seed in seeds}
+        for seed in seeds:
+            for config in neighbours(seed):
+                if config.name in full and is_supported(problem, config):
+                    names.add(config.name)
+        problems[key] = [[name, None] for name in sorted(names)]
+        print(f"{key}: cuDNN / best {cudnn / ours.graph_us.iloc[0]:.3f}, {len(names)} kernels", flush=True)
+    source = (f"per 2D grouped dev-suite layer-direction (fwd, bwd_weight) under {TARGET}x cuDNN in "
+              f"{', '.join(args.rows)}: its {SEEDS_PER_LAYER} fastest tensor-core kernels and "
+              "their full-rule-set neighbours (bench/gpu/neighbor_probe_kernels.py)")
+    args.out.write_text(json.dumps({"source": source, "problems": problems}, indent=1) + "\n")
+    print(f"{sum(len(v) for v in problems.values())} (problem, kernel) pairs, "
+          f"{len({n for v in problems.values() for n, _ in v})} kernels -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()
