@@ -145,6 +145,16 @@ def test_graph_table_with_a_failed_capture():
     assert "|" not in row[19] and "\n" not in row[19] and "2 problems undecided at capture" in row[19]
 
 
+def test_graph_target_leaves_out_cases_cudnn_could_not_capture():
+    error = "RuntimeError: Cannot copy between CPU and CUDA tensors during CUDA graph capture"
+    uncapturable = _graph(errors={"cudnn train": error, "ours train": error}, train={}, forward={})
+    lines = e2e.graph_table([_result("mvit_v2_s", 4, graph=uncapturable), _result(graph=_graph())])
+    assert "ours: 0 of 1 met, fastest: 1 of 1 met, fastest_device: 1 of 1 met." in lines[-1]
+    assert lines[-1].endswith("Not comparable (cuDNN's own training step could not be captured): mvit_v2_s batch 4.")
+    only = e2e.graph_table([_result("mvit_v2_s", 16, graph=uncapturable)])
+    assert "ours: 0 of 0 met" in only[-1] and "mvit_v2_s batch 16" in only[-1]
+
+
 def test_graph_table_with_a_case_whose_graph_part_failed():
     lines = e2e.graph_table([_result(graph={"error": "OutOfMemoryError: CUDA out of memory"}),
                              _result("convnext_tiny", 128, graph=_graph())])
