@@ -6,7 +6,8 @@ of the problem: no problem is in two folds; ``--group-by shape`` groups all batc
 convolution instead): fold of a group = rank of ``sha256(seed|group)`` mod k. Each fold trains
 with early stopping on its held-out fold; the out-of-fold predictions give the selection metrics
 (efficiency, top-1, top-5) recorded in the manifest; the final model is trained on every row for
-the mean best iteration count of the folds (at most ``max_trees``).
+the mean best iteration count of the folds (at most ``max_trees``; the ranker's at most ``ranker_max_trees`` when
+set).
 
 Deterministic: fixed seeds, ``deterministic=True``, ``force_col_wise``, one thread, no bagging, rows
 in a fixed order (problems sorted by key, kernels by name) — the same data gives the same
@@ -110,6 +111,8 @@ class TrainSettings:
     rank_grades: int = 100      # G: grade = round(G · t*/t)
     rank_gain_power: float = 2.0  # q: gain(grade) = (grade / G) ** q
     rank_eval_at: int = 1       # early stopping of the ranker on NDCG@k
+    # The ranker's cap on trees, below which its folds' early stopping chooses (0: max_trees, the regressor's cap).
+    ranker_max_trees: int = 0
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -124,10 +127,16 @@ class TrainSettings:
                              f"got {self.rank_gain_power}")
         if self.rank_eval_at < 1:
             raise ValueError(f"rank_eval_at: must be >= 1 (NDCG@k of the held-out fold), got {self.rank_eval_at}")
+        if self.ranker_max_trees < 0:
+            raise ValueError(f"ranker_max_trees: must be >= 0 (0: max_trees), got {self.ranker_max_trees}")
 
     @property
     def artifact_format(self) -> int:
         return OBJECTIVES[self.objective]
+
+    def tree_cap(self, ranker: bool) -> int:
+        """Boosting rounds a model's folds may run: ``max_trees``, or the ranker's own cap when set."""
+        return (self.ranker_max_trees or self.max_trees) if ranker else self.max_trees
 
     def label_gain(self) -> list[float]:
         """LightGBM ``label_gain``: gain of grade ``g`` is ``(g / G) ** q``."""
@@ -224,6 +233,7 @@ def cross_validate(m: Matrix, settings: TrainSettings, names: Sequence[str], *,
     labels = relevance(m, settings.rank_grades) if ranker else m.y
     params = settings.ranker_params() if ranker else settings.lgb_params()
     oof = np.full(len(m.y), np.nan)
+    cap = settings.tree_cap(ranker)
     best: list[int] = []
     for k in range(settings.folds):
         test_problems = fold == k
@@ -233,9 +243,9 @@ def cross_validate(m: Matrix, settings: TrainSettings, names: Sequence[str], *,
         train_set = _dataset(m, ~test_rows, ~test_problems, labels, ranker, feature_name=list(names),
                              free_raw_data=True)
         valid_set = _dataset(m, test_rows, test_problems, labels, ranker, reference=train_set)
-        booster = lgb.train(params, train_set, num_boost_round=settings.max_trees, valid_sets=[valid_set],
+        booster = lgb.train(params, train_set, num_boost_round=cap, valid_sets=[valid_set],
                             callbacks=[lgb.early_stopping(settings.early_stopping, verbose=False)])
-        best.append(booster.best_iteration or settings.max_trees)
+        best.append(booster.best_iteration or cap)
         oof[test_rows] = booster.predict(m.x[test_rows], num_iteration=booster.best_iteration)
     # The selector picks the lowest predicted time; a ranker's best is its highest score.
     picks = selection_picks(m, -oof if ranker else oof)
@@ -246,7 +256,7 @@ def cross_validate(m: Matrix, settings: TrainSettings, names: Sequence[str], *,
     else:
         report["oof_rmse_log_us"] = float(np.sqrt(np.mean((oof - m.y) ** 2)))
     report.update({"overall": metrics.summarize(picks), "by_class": metrics.by_label(classes, picks)})
-    return report, int(round(np.mean(best))) if best else settings.max_trees
+    return report, int(round(np.mean(best))) if best else cap
 
 
 def fit(m: Matrix, settings: TrainSettings, names: Sequence[str], trees: int, *, ranker: bool = False) -> Any:

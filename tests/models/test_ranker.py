@@ -83,6 +83,24 @@ def test_the_regressor_of_a_ranker_artifact_is_the_plain_regressor(ranker_artifa
     assert json.loads((plain / "feature_spec.json").read_text())["artifact_format"] == 1
 
 
+def test_the_ranker_has_its_own_tree_cap_and_the_regressor_is_untouched(ranker_artifact, tmp_path):
+    """--ranker-max-trees lets the ranker's folds run past --max-trees (15 in FAST: its folds stop at 14, 3, 7 under
+    that cap and run to 30, 17, 31 under 60); the regressor is the one trained without the flag, byte for byte."""
+    capped = json.loads((ranker_artifact / "train_manifest.json").read_text())["ranker"]
+    wider = _train(tmp_path, "--objective", "lambdarank", "--ranker-max-trees", "60")
+    manifest = json.loads((wider / "train_manifest.json").read_text())
+    assert max(capped["cv"]["best_iterations"]) <= 15 < max(manifest["ranker"]["cv"]["best_iterations"]) <= 60
+    assert manifest["ranker"]["trees"] > capped["trees"]
+    assert manifest["settings"]["ranker_max_trees"] == 60 and "--ranker-max-trees 60" in manifest["command"]
+    assert (wider / REGRESSOR_FILE).read_bytes() == (ranker_artifact / REGRESSOR_FILE).read_bytes()
+    assert max(manifest["cv"]["best_iterations"]) <= 15
+
+
+def test_a_negative_ranker_tree_cap_is_refused():
+    with pytest.raises(ValueError, match="ranker_max_trees: must be >= 0"):
+        train.TrainSettings(ranker_max_trees=-1)
+
+
 def test_relevance_grades_are_efficiency_in_percent(fwd_problems):
     rows = ProblemRows(problem=fwd_problems[0].problem, configs=[], time_us=np.array([10.0, 11.0, 20.0, 1000.0, 9.0]),
                        timed=np.array([True, True, True, True, False]))
