@@ -9,6 +9,10 @@ layer-direction, the two fastest tensor-core kernels of a dev-suite run and ever
 one of them in split count × pipeline depth (igemm / gmerge / gemm1x1), merge, or walk length × merge (gwalk;
 halo: × its channel tile), and that supports the layer.
 
+Result (H200, session 33, ``bench/results/2026-11-29_h200_s33/neighbor_probe_call1``): 256 kernels on 14
+layer-directions; no neighbour beat ``default``'s best by more than 1.7 %, and ``default`` already held every halo
+neighbour. Nothing was added to ``default``.
+
 Usage (CPU): ``PYTHONPATH=. python bench/gpu/neighbor_probe_kernels.py --rows DIRECTION=DIR [...] --out FILE``;
 ``--rows``: per direction (fwd, bwd_weight), the dev-suite parquet folder (``td bench`` output) to take its seeds and
 speedups from (one run per direction: cuDNN's times move between runs).
