@@ -356,6 +356,15 @@ def load_all(models_dir: Path | str) -> tuple[list[TrainedPredictor], dict[str, 
     return loaded, failed
 
 
+def version_folders(models_dir: Path | str) -> dict[Path, list[Path]]:
+    """Every model under ``<models_dir>/<name>/<version>/`` (a folder with a ``feature_spec.json``): its version
+    folders, newest first, by model folder in name order."""
+    versions: dict[Path, list[Path]] = {}
+    for folder in (p.parent for p in Path(models_dir).glob("*/*/feature_spec.json")):
+        versions.setdefault(folder.parent, []).append(folder)
+    return {name: sorted(versions[name], key=lambda f: version_key(f.name), reverse=True) for name in sorted(versions)}
+
+
 def load_newest(models_dir: Path | str, dtype: DType | None = None,
                 direction: Direction | None = None) -> tuple[list[TrainedPredictor], dict[str, str]]:
     """The newest version of every model under ``<models_dir>/<name>/<version>/`` that loads (an older
@@ -365,11 +374,8 @@ def load_newest(models_dir: Path | str, dtype: DType | None = None,
     ``direction``: only the models trained for them (read from each version's ``feature_spec.json``
     before its forests), so a process loads a direction's model when it first ranks that direction."""
     loaded, failed = [], {}
-    versions: dict[Path, list[Path]] = {}
-    for folder in (p.parent for p in Path(models_dir).glob("*/*/feature_spec.json")):
-        versions.setdefault(folder.parent, []).append(folder)
-    for name in sorted(versions):
-        for folder in sorted(versions[name], key=lambda f: version_key(f.name), reverse=True):
+    for folders in version_folders(models_dir).values():
+        for folder in folders:
             try:
                 if not _spec_matches(folder, dtype, direction):
                     break  # (a model's versions share its dtype and direction)

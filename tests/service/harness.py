@@ -61,18 +61,14 @@ def newest_models(tmp: Path) -> Path:
     models it chooses from the whole folder, without loading the older versions first (62 folders, about
     10 s of every server start on the 2-core CI machine). For servers whose tests are not about the model
     list; ``tiledispatch serve`` as the README starts it (tests/service/test_server_process.py) loads them all."""
-    from tiledispatch.models.predictor import version_key
+    from tiledispatch.models.predictor import version_folders
 
     folder = tmp / "newest-models"
     if folder.exists():
         return folder
-    artifacts = REPO / "models" / "artifacts"
-    for name in sorted(p for p in artifacts.iterdir() if p.is_dir()):
-        versions = [p for p in name.iterdir() if (p / "feature_spec.json").exists()]
-        if versions:
-            newest = max(versions, key=lambda p: version_key(p.name))
-            (folder / name.name).mkdir(parents=True)
-            (folder / name.name / newest.name).symlink_to(newest, target_is_directory=True)
+    for name, (newest, *_) in version_folders(REPO / "models" / "artifacts").items():
+        (folder / name.name).mkdir(parents=True)
+        (folder / name.name / newest.name).symlink_to(newest, target_is_directory=True)
     return folder
 
 
