@@ -199,9 +199,13 @@ class KernelConfig:
             if self.dtype is DType.FP32:
                 raise ConfigError("dtype: tma kernels are bf16/fp16 (fp32 runs on the exact igemm dots)")
         if self.family is Family.GWALK:
-            if self.ndim not in self.family.ndims or self.vec != 8 or self.index64 or self.num_stages != 1:
-                raise ConfigError("ndim/vec/index64/num_stages: gwalk kernels are 2D, vec=8 (16-byte channel runs), "
-                                  "32-bit indexed, num_stages=1 (the walk is static code, nothing to pipeline)")
+            if self.ndim not in self.family.ndims or self.vec != 8 or self.index64:
+                raise ConfigError("ndim/vec/index64: gwalk kernels are 2D, vec=8 (16-byte channel runs), 32-bit "
+                                  "indexed")
+            if self.num_stages not in ((1, 2, 3) if self.direction is Direction.BACKWARD_WEIGHT else (1,)):
+                raise ConfigError(f"num_stages: gwalk kernels walk with pointer loads (num_stages=1; the walk is "
+                                  f"static code, nothing to pipeline) or, backward-weight, TMA boxes pipelined 2 or "
+                                  f"3 deep; got {self.num_stages} for {self.direction.value}")
             if self.group_m not in (1, 2, 4):
                 raise ConfigError(f"group_m: a gwalk kernel walks 1, 2 or 4 output rows, got {self.group_m}")
             if self.dtype not in self.family.dtypes:
@@ -284,12 +288,17 @@ class KernelConfig:
     @property
     def smem_bytes_estimate(self) -> int:
         """Operand staging buffers of the software pipeline (tensor-core families); 0 for direct. halo: its ring
-        of 3 column shifts × 4 input-row tiles, the nine tap matrices and the epilogue's conversion scratch."""
+        of 3 column shifts × 4 input-row tiles, the nine tap matrices and the epilogue's conversion scratch;
+        TMA-fed gwalk backward-weight: a unit's 3·ROWS gradient and ROWS + 2 input boxes per pipeline stage."""
         if not self.family.uses_tensor_cores:
             return 0
         if self.family is Family.HALO:
             return (12 * self.block_m * self.block_k + 9 * self.block_k * self.block_n
                     + self.block_m * self.block_n) * self.dtype.itemsize
+        if self.family is Family.GWALK and self.num_stages > 1:  # TMA walk: a unit's boxes, num_stages deep
+            rows = self.group_m
+            return (self.num_stages * (3 * rows * self.block_m + (rows + 2) * self.block_n) * self.block_k
+                    * self.dtype.itemsize)
         return self.num_stages * (self.block_m * self.block_k + self.block_k * self.block_n) * self.dtype.itemsize
 
     @property

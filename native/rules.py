@@ -95,6 +95,8 @@ _GWALK_MERGE = (1, 2, 4, 8, 16)
 _GWALK_WEIGHT_BLOCK_MN = (16, 32, 64)
 _GWALK_WEIGHT_LANES = (32, 64, 128)
 _GWALK_WEIGHT_SPLIT_K = (1, 4, 8, 16, 32, 64, 128)
+#: gwalk backward-weight: 1 = pointer loads; 2, 3 = TMA boxes, software-pipelined that deep.
+_GWALK_WEIGHT_STAGES = (1, 2, 3)
 
 
 #: halo tiles: GEMM M (images × padded columns), merged output / reduction channel tiles, output rows a program
@@ -141,7 +143,9 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
                 if narrow:
                     domains = ((64, 128), (16, 32, 64), (16, 32, 64), (4, 8), (2, 4), (1,), _GWALK_MERGE)
             for bm, bn, bk, warps, rows, sk, mg in itertools.product(*domains):
-                yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, 1, rows, sk, mg, 8, False)
+                for stages in _GWALK_WEIGHT_STAGES if bwd_weight else (1,):
+                    yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, stages, rows, sk, mg, 8,
+                                       False)
             continue
         if family is Family.HALO:
             if dtype not in family.dtypes or ndim not in family.ndims:
@@ -284,8 +288,11 @@ def _full_rule(config: KernelConfig, arch: ArchSpec) -> bool:
         # than 4·block_m / 16 would hold copies of the same rows. Four warps walking two rows compile wrong
         # (Triton 3.6, sm_90; H100: relative error 0.38-0.52 on every problem, 1 and 4 rows and 2 or 8 warps
         # right; bench/results/2026-11-26_h100_s13/), so that pair is left out.
-        return (4 * config.block_m >= 16 * config.num_warps and (config.num_warps, config.group_m) != (4, 2)
-                and gwalk_accumulator_registers(config) <= MAX_ACCUMULATOR_REGISTERS)
+        pointer_walk = config.num_stages == 1
+        return (4 * config.block_m >= 16 * config.num_warps
+                and (not pointer_walk or (config.num_warps, config.group_m) != (4, 2))
+                and gwalk_accumulator_registers(config) <= MAX_ACCUMULATOR_REGISTERS
+                and config.smem_bytes_estimate <= arch.smem_per_block_bytes - EPILOGUE_SMEM_RESERVE)
     if config.family is Family.HALO:  # (the ring, taps and scratch: KernelConfig.smem_bytes_estimate)
         return (config.smem_bytes_estimate <= arch.smem_per_block_bytes - EPILOGUE_SMEM_RESERVE
                 and config.accumulator_registers <= MAX_ACCUMULATOR_REGISTERS)
@@ -558,6 +565,10 @@ def _default_rule(config: KernelConfig) -> bool:
         # (cuDNN 37.6); stride 2 (n32 g32 c256 56x56) 83.4 us against gmerge's 42.1: half the stacked gradient
         # lanes are zeros there and the input is 4x the output.
         tile = (c.block_m, c.block_n, c.block_k, c.num_warps)
+        if c.num_stages > 1:  # the TMA walks: 4 warps, 64 lanes, 2 and 4 rows, two stages
+            return (tile in GWALK_WEIGHT_DEFAULT_TILES and c.block_k == 64 and c.num_warps == 4
+                    and c.group_m in (2, 4) and c.num_stages == 2 and c.merge * 4 <= c.block_n
+                    and (c.split_k in (16, 32, 64) or (c.split_k == 8 and c.block_m == 32)))
         rows_ok = c.group_m == 4 or (c.group_m == 1 and c.num_warps == 4)
         if not rows_ok or tile not in GWALK_WEIGHT_DEFAULT_TILES or c.merge * 4 > c.block_n:
             return False

@@ -152,16 +152,18 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
 
 def _gwalk_refusal(problem: ConvProblem, config: KernelConfig) -> str:
     """Why a ``gwalk`` kernel cannot run the problem ('' when it can): a 3×3 filter, stride 1 and dilation 1
-    (compiled into the walk; backward-weight kernels walking one row take any), a merged block's reduction and
-    output channels within the config's tiles, 32-bit offsets (``needs_int64_index`` already refused above for
-    i32 configs)."""
+    (compiled into the walk; backward-weight kernels walking one row with pointer loads take any), a merged
+    block's reduction and output channels within the config's tiles, 32-bit offsets (``needs_int64_index``
+    already refused above for i32 configs)."""
     if tuple(problem.filter_size) != (3, 3):
         return f"filter_size: gwalk kernels run 3x3 filters, got {list(problem.filter_size)}"
     if config.merge > problem.groups:
         return f"groups: gwalk merges {config.merge} groups per program, problem has {problem.groups}"
-    one_row_weight = problem.direction is Direction.BACKWARD_WEIGHT and config.group_m == 1
+    one_row_weight = (problem.direction is Direction.BACKWARD_WEIGHT and config.group_m == 1
+                      and config.num_stages == 1)
     if not one_row_weight and (any(s != 1 for s in problem.stride) or any(d != 1 for d in problem.dilation)):
-        return (f"stride/dilation: gwalk kernels walking {config.group_m} rows need stride 1 and dilation 1, got "
+        walk = "fed by TMA boxes" if config.num_stages > 1 else f"walking {config.group_m} rows"
+        return (f"stride/dilation: gwalk kernels {walk} need stride 1 and dilation 1, got "
                 f"stride {list(problem.stride)}, dilation {list(problem.dilation)}")
     if problem.direction is Direction.BACKWARD_WEIGHT:
         return _gwalk_weight_refusal(problem, config)

@@ -186,6 +186,8 @@ INVALID_CONFIGS = [
     ("gmerge_merge1", tc(family=Family.GMERGE, merge=1), "merge"),
     ("gwalk_3d", tc(family=Family.GWALK, ndim=3, vec=8, num_stages=1, group_m=2), "ndim"),
     ("gwalk_pipelined", tc(family=Family.GWALK, vec=8, num_stages=3, group_m=2), "num_stages"),
+    ("gwalk_weight_stages_4", tc(direction=Direction.BACKWARD_WEIGHT, family=Family.GWALK, vec=8, num_stages=4,
+                                 group_m=2), "num_stages"),
     ("gwalk_unaligned", tc(family=Family.GWALK, vec=1, num_stages=1, group_m=2), "vec"),
     ("gwalk_rows_8", tc(family=Family.GWALK, vec=8, num_stages=1, group_m=8), "group_m"),
     ("gwalk_fp32", tc(family=Family.GWALK, dtype=DType.FP32, vec=8, num_stages=1, group_m=2), "dtype"),

@@ -80,6 +80,9 @@ def hard_rule_violation(config: KernelConfig, arch: str) -> str | None:
             return f"halo smem {smem}"
         return None if acc <= MAX_ACCUMULATOR_REGISTERS else f"halo accumulators {acc}"
     smem = config.num_stages * (config.block_m + config.block_n) * config.block_k * config.dtype.itemsize
+    if config.family is Family.GWALK and config.num_stages > 1:  # TMA walk: 3·rows dY and rows + 2 X boxes a stage
+        rows = config.group_m
+        smem = config.num_stages * (3 * rows * config.block_m + (rows + 2) * config.block_n) * config.block_k * 2
     if smem > spec.smem_per_block_bytes - EPILOGUE_SMEM_RESERVE:
         return f"smem {smem} > {spec.smem_per_block_bytes} - {EPILOGUE_SMEM_RESERVE}"
     acc = config.block_m * config.block_n // (32 * config.num_warps)
@@ -88,8 +91,8 @@ def hard_rule_violation(config: KernelConfig, arch: str) -> str | None:
         stacked = 3 * 4 * acc
         if 4 * config.block_m < 16 * config.num_warps:
             return "gwalk backward-weight warps share rows"
-        if (config.num_warps, config.group_m) == (4, 2):
-            return "gwalk backward-weight 4 warps x 2 rows (miscompiled)"
+        if (config.num_warps, config.group_m, config.num_stages) == (4, 2, 1):
+            return "gwalk backward-weight pointer walk, 4 warps x 2 rows (miscompiled)"
         return None if stacked <= MAX_ACCUMULATOR_REGISTERS else f"gwalk accumulators {stacked}"
     if config.family is Family.GWALK:  # one accumulator tile per output row walked; 8 warps on any tile
         rows_acc = config.group_m * acc
@@ -136,6 +139,10 @@ def test_every_config_respects_hard_rules(key):
             if c.family is Family.HALO:
                 assert c.smem_bytes_estimate == (12 * c.block_m * c.block_k + 9 * c.block_k * c.block_n
                                                  + c.block_m * c.block_n) * c.dtype.itemsize
+            elif c.family is Family.GWALK and c.num_stages > 1:
+                rows = c.group_m
+                assert c.smem_bytes_estimate == (c.num_stages * (3 * rows * c.block_m + (rows + 2) * c.block_n)
+                                                 * c.block_k * c.dtype.itemsize)
             elif c.family.uses_tensor_cores:
                 assert c.smem_bytes_estimate == c.num_stages * (c.block_m + c.block_n) * c.block_k * c.dtype.itemsize
                 assert c.smem_bytes_estimate <= get_arch("sm_90").smem_per_block_bytes - EPILOGUE_SMEM_RESERVE

@@ -52,16 +52,19 @@ import triton.language as tl
 
 from tiledispatch.native.configs import Family, KernelConfig
 from tiledispatch.native.kernels.base import Launch, Program, pointer_type
-from tiledispatch.native.kernels.gwalk_geometry import weight_walk_geometry
+from tiledispatch.native.kernels.gwalk_geometry import tma_tile_widths, weight_walk_geometry
 from tiledispatch.native.kernels.split_reduce import (
     weight_partials_elements,
     weight_split_plan,
     with_split_reduce,
 )
+from tiledispatch.native.kernels.tma_conv import ensure_scratch_allocator
 from tiledispatch.native.problem import ConvProblem, Direction
 
 _SIZE_PARAMS = ("BATCH", "C_TOTAL", "K_TOTAL", "CG", "KG", "GC", "GK", "IN_H", "IN_W", "OUT_H", "OUT_W",
                 "PAD_H", "PAD_W", "STR_H", "STR_W", "DIL_H", "DIL_W", "TILE_W", "IMAGES")
+_TMA_SIZE_PARAMS = ("BATCH", "C_TOTAL", "K_TOTAL", "CG", "KG", "GC", "GK", "IN_H", "IN_W", "OUT_H", "OUT_W",
+                    "PAD_H", "PAD_W")
 
 
 @triton.jit
@@ -197,6 +200,94 @@ def _gwalk_bwd_weight_kernel(
 
 
 @triton.jit
+def _gwalk_tma_bwd_weight_kernel(
+    x_ptr, dy_ptr, out_ptr,
+    BATCH, C_TOTAL, K_TOTAL, CG, KG, GC, GK, IN_H, IN_W, OUT_H, OUT_W, PAD_H, PAD_W,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TILE_W: tl.constexpr, IMAGES: tl.constexpr, ROWS: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+):
+    """The walk of ``_gwalk_bwd_weight_kernel`` (stride 1, dilation 1) with every operand tile one TMA box (module
+    docstring, "TMA-fed walks"): ``TILE_W`` input columns of ``IMAGES`` images (``IMAGES·TILE_W`` lanes)."""
+    LANES: tl.constexpr = IMAGES * TILE_W
+    C_TOTAL = (C_TOTAL // 8) * 8  # (as in the pointer walk: 16-byte channel runs the stores can prove)
+    K_TOTAL = (K_TOTAL // 8) * 8
+    GC = (GC // 8) * 8
+    GK = (GK // 8) * 8
+    split = tl.program_id(0)
+    group_block = tl.program_id(1)
+    w_tiles = tl.cdiv(IN_W, TILE_W)
+    h_tiles = tl.cdiv(OUT_H, ROWS)
+    units = tl.cdiv(BATCH, IMAGES) * h_tiles * w_tiles
+    per_split = tl.cdiv(units, SPLIT_K)
+    unit_begin = split * per_split
+    unit_end = tl.minimum(unit_begin + per_split, units)
+    c0 = group_block * GC
+    k0 = group_block * GK
+    # Boxes past any edge (images, rows, columns, channels; negative coordinates too) read zeros: the padding.
+    dy_desc = tl.make_tensor_descriptor(dy_ptr, shape=[BATCH, OUT_H, OUT_W, K_TOTAL],
+                                        strides=[OUT_H * OUT_W * K_TOTAL, OUT_W * K_TOTAL, K_TOTAL, 1],
+                                        block_shape=[IMAGES, 1, TILE_W, BLOCK_M])
+    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[BATCH, IN_H, IN_W, C_TOTAL],
+                                       strides=[IN_H * IN_W * C_TOTAL, IN_W * C_TOTAL, C_TOTAL, 1],
+                                       block_shape=[IMAGES, 1, TILE_W, BLOCK_N])
+    unused = tl.zeros((LANES, BLOCK_M), dtype=dy_ptr.dtype.element_ty)  # stacked block 3 (no filter column 3)
+    acc0 = tl.zeros((4 * BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc1 = tl.zeros((4 * BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc2 = tl.zeros((4 * BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for unit in range(unit_begin, unit_end):
+        tile_w = unit % w_tiles
+        t = unit // w_tiles
+        oh0 = (t % h_tiles) * ROWS
+        n0 = (t // h_tiles) * IMAGES
+        iw0 = tile_w * TILE_W
+        for step in tl.static_range(ROWS + 2):
+            if step < ROWS:  # output row oh0 + step, stacked: block s holds the columns iw + PAD_W − s
+                col0 = dy_desc.load([n0, oh0 + step, iw0 + PAD_W, k0]).reshape(LANES, BLOCK_M)
+                col1 = dy_desc.load([n0, oh0 + step, iw0 + PAD_W - 1, k0]).reshape(LANES, BLOCK_M)
+                col2 = dy_desc.load([n0, oh0 + step, iw0 + PAD_W - 2, k0]).reshape(LANES, BLOCK_M)
+                stacked = tl.join(tl.join(col0, col1), tl.join(col2, unused))  # [lane, k, s mod 2, s // 2]
+                a = tl.permute(stacked, (3, 2, 1, 0)).reshape(4 * BLOCK_M, LANES)
+                if step == 0:
+                    a0 = a
+                elif step == 1:
+                    a1 = a
+                elif step == 2:
+                    a2 = a
+                else:
+                    a3 = a
+            b = x_desc.load([n0, oh0 - PAD_H + step, iw0, c0]).reshape(LANES, BLOCK_N)
+            for i in tl.static_range(ROWS):
+                if step - i >= 0 and step - i < 3:  # filter row step − i of output row oh0 + i
+                    if i == 0:
+                        a = a0
+                    elif i == 1:
+                        a = a1
+                    elif i == 2:
+                        a = a2
+                    else:
+                        a = a3
+                    if step - i == 0:
+                        acc0 = tl.dot(a, b, acc0)
+                    elif step - i == 1:
+                        acc1 = tl.dot(a, b, acc1)
+                    else:
+                        acc2 = tl.dot(a, b, acc2)
+
+    r = tl.arange(0, 4 * BLOCK_M)
+    s = r // BLOCK_M
+    ks = r % BLOCK_M
+    cs = tl.arange(0, BLOCK_N)
+    tile_ok = ((ks < GK) & (k0 + ks < K_TOTAL) & (s < 3))[:, None] & ((cs < GC) & (c0 + cs < C_TOTAL))[None, :]
+    if SPLIT_K > 1:
+        out_ptr += split.to(tl.int64) * (K_TOTAL * 9 * CG)
+    if CG % 4 == 0:
+        cg4 = (CG // 4) * 4
+        _store_taps(out_ptr, acc0, acc1, acc2, k0, ks, s, cs, tile_ok, KG, cg4)
+    else:
+        _store_taps(out_ptr, acc0, acc1, acc2, k0, ks, s, cs, tile_ok, KG, CG)
+
+
+@triton.jit
 def _store_taps(out_ptr, acc0, acc1, acc2, k0, ks, s, cs, tile_ok, KG, CG):
     """The three filter rows' tiles, block-diagonal entries only (merged group ks // K/G = cs // C/G): tap
     (q, s) of stacked row (s, output channel k0 + ks) and column cs at ((k0 + ks)·9 + 3q + s)·C/G + cs mod C/G."""
@@ -208,7 +299,8 @@ def _store_taps(out_ptr, acc0, acc1, acc2, k0, ks, s, cs, tile_ok, KG, CG):
 
 
 class GwalkBackwardWeight:
-    """The gwalk backward-weight template (X, dY → dW)."""
+    """The gwalk backward-weight template (X, dY → dW): pointer loads (``num_stages`` 1) or TMA boxes
+    (``num_stages`` 2, 3: Triton's software pipeline over the walk's units, that many deep)."""
 
     direction = Direction.BACKWARD_WEIGHT
     families = frozenset({Family.GWALK})
@@ -216,22 +308,47 @@ class GwalkBackwardWeight:
     def programs(self, config: KernelConfig) -> dict[str, Program]:
         ptr = pointer_type(config.dtype)
         out = "*fp32" if config.split_k > 1 else ptr
-        main = Program(_gwalk_bwd_weight_kernel,
-                       {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k,
-                        "ROWS": config.group_m, "SPLIT_K": config.split_k},
-                       {"x_ptr": ptr, "dy_ptr": ptr, "out_ptr": out, **{name: "i32" for name in _SIZE_PARAMS}},
-                       config.num_warps, 1)
-        return with_split_reduce({"main": main}, config)
+        pointers = {"x_ptr": ptr, "dy_ptr": ptr, "out_ptr": out}
+        if config.num_stages == 1:
+            main = {"main": Program(_gwalk_bwd_weight_kernel,
+                                    {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k,
+                                     "ROWS": config.group_m, "SPLIT_K": config.split_k},
+                                    {**pointers, **{name: "i32" for name in _SIZE_PARAMS}}, config.num_warps, 1)}
+        else:  # one binary per box width (the box is compiled in), never per problem
+            main = {_tma_program(width): Program(
+                _gwalk_tma_bwd_weight_kernel,
+                {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "TILE_W": width,
+                 "IMAGES": config.block_k // width, "ROWS": config.group_m, "SPLIT_K": config.split_k},
+                {**pointers, **{name: "i32" for name in _TMA_SIZE_PARAMS}}, config.num_warps, config.num_stages)
+                for width in tma_tile_widths(config.block_k)}
+        return with_split_reduce(main, config)
 
     def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
         return weight_partials_elements(problem, config)
 
+    def before_launch(self, config: KernelConfig) -> None:
+        """Every call, in the calling thread: the TMA walks write their descriptors to Triton's global scratch."""
+        if config.num_stages > 1:
+            ensure_scratch_allocator()
+
     def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
         geo = weight_walk_geometry(problem, config)
-        sizes = (problem.batch, problem.in_channels, problem.out_channels, problem.c_per_group,
-                 problem.k_per_group, geo["gc"], geo["gk"], *problem.input_size, *problem.output_size,
-                 *problem.pad_begin, *problem.stride, *problem.dilation, geo["tile_w"], geo["images"])
+        if config.num_stages == 1:
+            program = "main"
+            sizes = (problem.batch, problem.in_channels, problem.out_channels, problem.c_per_group,
+                     problem.k_per_group, geo["gc"], geo["gk"], *problem.input_size, *problem.output_size,
+                     *problem.pad_begin, *problem.stride, *problem.dilation, geo["tile_w"], geo["images"])
+        else:
+            program = _tma_program(geo["tile_w"])
+            sizes = (problem.batch, problem.in_channels, problem.out_channels, problem.c_per_group,
+                     problem.k_per_group, geo["gc"], geo["gk"], *problem.input_size, *problem.output_size,
+                     *problem.pad_begin)
+
         def main(target) -> Launch:  # dW unsplit, the fp32 partials split
-            return Launch("main", geo["grid"], (first, second, target, *sizes))
+            return Launch(program, geo["grid"], (first, second, target, *sizes))
 
         return weight_split_plan(config, problem, main, out, workspace)
+
+
+def _tma_program(width: int) -> str:
+    return f"main_w{width}"

@@ -139,9 +139,9 @@ def small_config(direction: Direction, dtype: DType, ndim: int, family: Family, 
     ``multiplier``: a direct forward kernel's group_m (2 / 4: the depthwise-multiplier binary);
     dwrun: ``taps_w`` its filter height, ``wide`` 4 runs of 5 columns instead of 2 of 3."""
     if family is Family.GWALK and direction is Direction.BACKWARD_WEIGHT:  # wide: 32x32 channels, 32 lanes
-        side = 32 if wide else 16
-        return KernelConfig(direction, dtype, ndim, family, side, side, side, num_warps, 1, rows, split_k, merge, 8,
-                            index64)
+        side = 32 if wide else 16  # stages 2, 3: the TMA walk
+        return KernelConfig(direction, dtype, ndim, family, side, side, side, num_warps, stages, rows, split_k, merge,
+                            8, index64)
     if family is Family.GWALK:
         side = 64 if wide else 16
         return KernelConfig(direction, dtype, ndim, family, 32 if wide else 16, side, side, num_warps, 1, rows, 1,
@@ -215,6 +215,12 @@ def cases(ndims=(2, 3)):
                                                      dict(merge=4, rows=4, wide=True)],
                                     "walk_wide": [dict(merge=1, rows=4), dict(merge=2, rows=2, wide=True)],
                                     "walk_strided": [dict(merge=4, rows=1), dict(merge=2, rows=1, wide=True)]}[label]
+                        if direction is Direction.BACKWARD_WEIGHT:  # the TMA walks (stride 1): 1-4 rows, 2-3 stages
+                            variants += {"walk_grouped": [dict(merge=2, rows=4, stages=2),
+                                                          dict(merge=2, rows=1, stages=2),
+                                                          dict(merge=4, rows=2, stages=3, wide=True)],
+                                         "walk_wide": [dict(merge=1, rows=4, stages=2),
+                                                       dict(merge=2, rows=2, stages=3, wide=True)]}.get(label, [])
                     if family is Family.GMERGE and label == "dw_multiplier":
                         variants = [dict(merge=4)]  # 5 groups: the last block is partial
                     if family is Family.GMERGE and label == "small_groups":
@@ -287,6 +293,11 @@ GWALK_GPU_TILES = (((64, 32, 32, 4), 4, 4), ((128, 32, 32, 8), 2, 1), ((64, 16, 
 #: default's 1-row walks (any stride and dilation).
 GWALK_WEIGHT_GPU_TILES = (((16, 16, 64, 4), 4, 2, 1), ((32, 32, 64, 4), 4, 1, 16), ((32, 32, 128, 8), 4, 2, 64),
                           ((16, 16, 64, 4), 1, 2, 32), ((32, 32, 64, 4), 1, 1, 8))
+#: The TMA-fed backward-weight walks ((block_m, block_n, block_k, warps), rows, merge, split_k, stages): default's
+#: (16x16, 64 lanes, 2 and 4 rows, 2 stages), 3 stages, a 32x32 tile, a one-row walk and 32 lanes.
+GWALK_WEIGHT_TMA_GPU_TILES = (((16, 16, 64, 4), 4, 2, 16, 2), ((16, 16, 64, 4), 2, 4, 1, 2),
+                              ((16, 16, 64, 4), 4, 1, 64, 3), ((32, 32, 64, 4), 2, 2, 8, 2),
+                              ((16, 16, 64, 4), 1, 2, 4, 2), ((16, 16, 32, 4), 4, 2, 32, 2))
 #: Forward / backward-data dwroll tiles holding their output rows ((block_w, block_n, warps), rows held, filter
 #: height): default's two 7x7 tiles, and a 3x3 pair at 2 and 8 rows (3D runs them too).
 DWROLL_GPU_HELD = (((64, 32, 4), 4, 7), ((16, 32, 4), 4, 7), ((32, 16, 4), 2, 3), ((32, 32, 8), 8, 3))
@@ -352,6 +363,8 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
             if ndim == 2 and dtype is not DType.FP32 and direction is Direction.BACKWARD_WEIGHT:
                 out += [KernelConfig(direction, dtype, ndim, family, *tile, 1, rows, split_k, merge, 8)
                         for tile, rows, merge, split_k in GWALK_WEIGHT_GPU_TILES]
+                out += [KernelConfig(direction, dtype, ndim, family, *tile, stages, rows, split_k, merge, 8)
+                        for tile, rows, merge, split_k, stages in GWALK_WEIGHT_TMA_GPU_TILES]
             elif ndim == 2 and dtype is not DType.FP32:
                 out += [KernelConfig(direction, dtype, ndim, family, *tile, 1, rows, 1, merge, 8)
                         for tile, rows, merge in GWALK_GPU_TILES]
