@@ -565,7 +565,10 @@ def _default_rule(config: KernelConfig) -> bool:
         # (cuDNN 37.6); stride 2 (n32 g32 c256 56x56) 83.4 us against gmerge's 42.1: half the stacked gradient
         # lanes are zeros there and the input is 4x the output.
         tile = (c.block_m, c.block_n, c.block_k, c.num_warps)
-        if c.num_stages > 1:  # the TMA walks: 4 warps, 64 lanes, 2 and 4 rows, two stages
+        # The TMA walks: default's 4-warp tiles at 64 lanes, 2 and 4 rows, two stages. H200 dev suite (session 34,
+        # bench/results/2026-11-29_h200_s34): 16x16 at 2 rows best on g32 c128 56x56 (48.5 -> 38.9 us) and c256
+        # 28x28 (29.9 -> 24.6); the 32x32 tiles (246 registers) were best on one synthetic problem (C/G 6, 95x95).
+        if c.num_stages > 1:
             return (tile in GWALK_WEIGHT_DEFAULT_TILES and c.block_k == 64 and c.num_warps == 4
                     and c.group_m in (2, 4) and c.num_stages == 2 and c.merge * 4 <= c.block_n
                     and (c.split_k in (16, 32, 64) or (c.split_k == 8 and c.block_m == 32)))

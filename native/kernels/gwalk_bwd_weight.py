@@ -38,6 +38,21 @@ rows ``oh·STR_H − pad_h + q·DIL_H`` (one load each), and stacked row ``s`` o
 ``dY[.., ow, ..]`` with ``iw = ow·STR_W − pad_w + s·DIL_W`` (zero where no such ``ow`` exists: at stride 2 half
 the lanes of each row block).
 
+TMA-fed walks (``num_stages`` 2, 3; stride 1 and dilation 1, any walk length): the same walk, with every operand
+tile one TMA box of a device-side descriptor over the 4D tensors (``[N, OH, OW, K]`` and ``[N, H, W, C]``): the
+gradient's stacked rows are three boxes ``[IMAGES, 1, TILE_W, BLOCK_M]`` at column origins ``iw0 + pad_w − s``,
+joined into the ``[4·BLOCK_M, lanes]`` operand, the input row one box ``[IMAGES, 1, TILE_W, BLOCK_N]``. The TMA unit
+zero-fills every box element outside its tensor (negative or past-the-end images, rows, columns and channels),
+which is the convolution's padding and the tiles' edges, so the walk computes no address and no mask, and
+Triton's software pipeline issues the next unit's boxes while the current one's dots run. ``TILE_W`` (compiled
+in: one binary per width, :func:`~tiledispatch.native.kernels.gwalk_geometry.tma_tile_widths`) is the power of
+two at or above the input width, at most the lanes; ``IMAGES = lanes / TILE_W``. Measured (H200, session 34,
+``bench/results/2026-11-29_h200_s34``): 16×16×64 compiles to 88 registers instead of the pointer walk's 115 (5
+four-warp programs an SM instead of 4) and ran n32 g32 c128 56² in 38.9 µs against the pointer walk's 48.5
+(cuDNN 75.7) and c256 28² in 24.6 against 30.2 (gmerge 29.9, cuDNN 31.2); on c512 14² (18.4 against 17.8),
+c1024 7² (15.0 against 13.9) and batch 1 it lost. 32×32 tiles hold their four stacked gradient tiles in
+registers (246 registers).
+
 Why: the igemm / gmerge backward-weight programs own one tap each, so every activation and gradient tile
 is loaded nine times and every lane's (n, h, w) is decoded per step; the forward / backward-data walk was
 10–46 % faster than those programs on ResNeXt's stride-1 grouped layers (H200, session 12). A first form
