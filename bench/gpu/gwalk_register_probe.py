@@ -39,11 +39,12 @@ from pathlib import Path
 
 KERNEL = "gconv_bwd_weight_bf16_2d_gwalk_16x16x64_w4_s1_gm4_sk16_mg1_v8_i32"
 
-_HELD_WALK = ("                a = tl.load(dy_ptr + (dy_lane + step * OUT_W * K_TOTAL)[None, :] + a_row[:, None], "
-              "mask=a_ok,\n                            other=0.0)")
-_UNMASKED = '''                a = tl.load(dy_ptr + (dy_lane + step * OUT_W * K_TOTAL)[None, :] + a_row[:, None])'''
+_HELD_WALK = ("                held = held + (tl.load(dy_ptr + (dy_lane + step * OUT_W * K_TOTAL)[None, :] + "
+              "a_row[:, None],\n                                       mask=a_ok, other=0.0),)")
+_UNMASKED = ("                held = held + (tl.load(dy_ptr + (dy_lane + step * OUT_W * K_TOTAL)[None, :] + "
+             "a_row[:, None]),)")
 _RELOAD_FROM = "        for step in tl.static_range(ROWS + 2 if ROWS > 1 else 0):"
-_RELOAD_TO = "    # dW[g0 + k // (K/G)"
+_RELOAD_TO = "    _store_walk(out_ptr,"
 _RELOAD = '''        for step in tl.static_range(ROWS + 2 if ROWS > 1 else 0):
             ih = oh0 - PAD_H + step
             b = tl.load(x_pix[:, None] + ih * IN_W * C_TOTAL + cs[None, :],

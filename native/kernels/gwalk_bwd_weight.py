@@ -101,12 +101,7 @@ def _gwalk_bwd_weight_kernel(
     GK = (GK // 8) * 8
     split = tl.program_id(0)
     group_block = tl.program_id(1)
-    w_tiles = tl.cdiv(IN_W, TILE_W)
-    h_tiles = tl.cdiv(OUT_H, ROWS)
-    units = tl.cdiv(BATCH, IMAGES) * h_tiles * w_tiles
-    per_split = tl.cdiv(units, SPLIT_K)
-    unit_begin = split * per_split
-    unit_end = tl.minimum(unit_begin + per_split, units)
+    w_tiles, h_tiles, unit_begin, unit_end = _split_units(split, BATCH, IMAGES, OUT_H, ROWS, IN_W, TILE_W, SPLIT_K)
 
     lane = tl.arange(0, BLOCK_K)  # reduction lanes: (image, input column) pairs of a unit
     lane_image = lane // TILE_W
@@ -165,53 +160,20 @@ def _gwalk_bwd_weight_kernel(
         # per-lane offset plus a per-row one (2D offset tensors held across the walk cost the 4-warp tiles their
         # spill-free build)
         dy_lane = ((image * OUT_H + oh0) * OUT_W + iw + PAD_W) * K_TOTAL
+        held = ()  # the walk's gradient tiles, output row oh0 + i at held[i]
         for step in tl.static_range(ROWS + 2 if ROWS > 1 else 0):
             if step < ROWS:  # output row oh0 + step: the A operand of the three filter rows it meets
                 ow = iw[None, :] + PAD_W - s[:, None]
                 a_ok = (k_ok[:, None] & (pix_ok & (oh0 + step < OUT_H))[None, :]) & (ow >= 0) & (ow < OUT_W)
-                a = tl.load(dy_ptr + (dy_lane + step * OUT_W * K_TOTAL)[None, :] + a_row[:, None], mask=a_ok,
-                            other=0.0)
-                if step == 0:
-                    a0 = a
-                elif step == 1:
-                    a1 = a
-                elif step == 2:
-                    a2 = a
-                else:
-                    a3 = a
+                held = held + (tl.load(dy_ptr + (dy_lane + step * OUT_W * K_TOTAL)[None, :] + a_row[:, None],
+                                       mask=a_ok, other=0.0),)
             ih = oh0 - PAD_H + step
             b = tl.load(x_pix[:, None] + ih * IN_W * C_TOTAL + cs[None, :],
                         mask=(pix_ok & (ih >= 0) & (ih < IN_H))[:, None] & c_ok[None, :], other=0.0)
-            for i in tl.static_range(ROWS):
-                if step - i >= 0 and step - i < 3:  # filter row step − i of output row oh0 + i
-                    if i == 0:
-                        a = a0
-                    elif i == 1:
-                        a = a1
-                    elif i == 2:
-                        a = a2
-                    else:
-                        a = a3
-                    if step - i == 0:
-                        acc0 = tl.dot(a, b, acc0)
-                    elif step - i == 1:
-                        acc1 = tl.dot(a, b, acc1)
-                    else:
-                        acc2 = tl.dot(a, b, acc2)
+            acc0, acc1, acc2 = _walk_dots(step, held, b, acc0, acc1, acc2, ROWS)
 
-    # dW[g0 + k // (K/G), k % (K/G), q, s, j % (C/G)] sits at ((k0 + k)·9 + 3q + s)·C/G + j % (C/G).
-    tile_ok = k_ok[:, None] & c_ok[None, :]
-    if SPLIT_K > 1:  # this split's row of the fp32 workspace [SPLIT_K, weight elements]
-        out_ptr += split.to(tl.int64) * (K_TOTAL * 9 * CG)
-    if CG % 4 == 0:
-        # Written so that the compiler can prove runs of 4 channels 16-byte aligned: stores of element pairs
-        # (the accumulator's layout) instead of scalars, whole 32-byte sectors per row (the scalar stores of
-        # the registry's build ran at a fifth of the JIT-specialised kernel's speed where every merged channel
-        # is stored: H100, c1024 7x7, 91.6 vs 21.2 us at 16 splits).
-        cg4 = (CG // 4) * 4
-        _store_taps(out_ptr, acc0, acc1, acc2, k0, ks, s, cs, tile_ok, KG, cg4)
-    else:
-        _store_taps(out_ptr, acc0, acc1, acc2, k0, ks, s, cs, tile_ok, KG, CG)
+    _store_walk(out_ptr, acc0, acc1, acc2, split, k0, ks, s, cs, k_ok[:, None] & c_ok[None, :], K_TOTAL, KG, CG,
+                SPLIT_K)
 
 
 @triton.jit
@@ -230,12 +192,7 @@ def _gwalk_tma_bwd_weight_kernel(
     GK = (GK // 8) * 8
     split = tl.program_id(0)
     group_block = tl.program_id(1)
-    w_tiles = tl.cdiv(IN_W, TILE_W)
-    h_tiles = tl.cdiv(OUT_H, ROWS)
-    units = tl.cdiv(BATCH, IMAGES) * h_tiles * w_tiles
-    per_split = tl.cdiv(units, SPLIT_K)
-    unit_begin = split * per_split
-    unit_end = tl.minimum(unit_begin + per_split, units)
+    w_tiles, h_tiles, unit_begin, unit_end = _split_units(split, BATCH, IMAGES, OUT_H, ROWS, IN_W, TILE_W, SPLIT_K)
     c0 = group_block * GC
     k0 = group_block * GK
     # Boxes past any edge (images, rows, columns, channels; negative coordinates too) read zeros: the padding.
@@ -255,47 +212,63 @@ def _gwalk_tma_bwd_weight_kernel(
         oh0 = (t % h_tiles) * ROWS
         n0 = (t // h_tiles) * IMAGES
         iw0 = tile_w * TILE_W
+        held = ()
         for step in tl.static_range(ROWS + 2):
             if step < ROWS:  # output row oh0 + step, stacked: block s holds the columns iw + PAD_W − s
                 col0 = dy_desc.load([n0, oh0 + step, iw0 + PAD_W, k0]).reshape(LANES, BLOCK_M)
                 col1 = dy_desc.load([n0, oh0 + step, iw0 + PAD_W - 1, k0]).reshape(LANES, BLOCK_M)
                 col2 = dy_desc.load([n0, oh0 + step, iw0 + PAD_W - 2, k0]).reshape(LANES, BLOCK_M)
                 stacked = tl.join(tl.join(col0, col1), tl.join(col2, unused))  # [lane, k, s mod 2, s // 2]
-                a = tl.permute(stacked, (3, 2, 1, 0)).reshape(4 * BLOCK_M, LANES)
-                if step == 0:
-                    a0 = a
-                elif step == 1:
-                    a1 = a
-                elif step == 2:
-                    a2 = a
-                else:
-                    a3 = a
+                held = held + (tl.permute(stacked, (3, 2, 1, 0)).reshape(4 * BLOCK_M, LANES),)
             b = x_desc.load([n0, oh0 - PAD_H + step, iw0, c0]).reshape(LANES, BLOCK_N)
-            for i in tl.static_range(ROWS):
-                if step - i >= 0 and step - i < 3:  # filter row step − i of output row oh0 + i
-                    if i == 0:
-                        a = a0
-                    elif i == 1:
-                        a = a1
-                    elif i == 2:
-                        a = a2
-                    else:
-                        a = a3
-                    if step - i == 0:
-                        acc0 = tl.dot(a, b, acc0)
-                    elif step - i == 1:
-                        acc1 = tl.dot(a, b, acc1)
-                    else:
-                        acc2 = tl.dot(a, b, acc2)
+            acc0, acc1, acc2 = _walk_dots(step, held, b, acc0, acc1, acc2, ROWS)
 
     r = tl.arange(0, 4 * BLOCK_M)
     s = r // BLOCK_M
     ks = r % BLOCK_M
     cs = tl.arange(0, BLOCK_N)
     tile_ok = ((ks < GK) & (k0 + ks < K_TOTAL) & (s < 3))[:, None] & ((cs < GC) & (c0 + cs < C_TOTAL))[None, :]
+    _store_walk(out_ptr, acc0, acc1, acc2, split, k0, ks, s, cs, tile_ok, K_TOTAL, KG, CG, SPLIT_K)
+
+
+@triton.jit
+def _split_units(split, BATCH, IMAGES, OUT_H, ROWS: tl.constexpr, IN_W, TILE_W, SPLIT_K: tl.constexpr):
+    """(column tiles, row walks, first unit, end unit) of this split: the reduction units (images ×
+    output-row walks × input-column tiles) in ``SPLIT_K`` contiguous ranges."""
+    w_tiles = tl.cdiv(IN_W, TILE_W)
+    h_tiles = tl.cdiv(OUT_H, ROWS)
+    units = tl.cdiv(BATCH, IMAGES) * h_tiles * w_tiles
+    per_split = tl.cdiv(units, SPLIT_K)
+    unit_begin = split * per_split
+    return w_tiles, h_tiles, unit_begin, tl.minimum(unit_begin + per_split, units)
+
+
+@triton.jit
+def _walk_dots(step: tl.constexpr, held, b, acc0, acc1, acc2, ROWS: tl.constexpr):
+    """Input row ``oh0 − pad_h + step`` (``b``) against every held output row ``oh0 + i`` it meets: filter row
+    ``step − i`` (0..2) of output row ``i``'s stacked gradient ``held[i]``."""
+    for i in tl.static_range(ROWS):
+        if step - i >= 0 and step - i < 3:
+            if step - i == 0:
+                acc0 = tl.dot(held[i], b, acc0)
+            elif step - i == 1:
+                acc1 = tl.dot(held[i], b, acc1)
+            else:
+                acc2 = tl.dot(held[i], b, acc2)
+    return acc0, acc1, acc2
+
+
+@triton.jit
+def _store_walk(out_ptr, acc0, acc1, acc2, split, k0, ks, s, cs, tile_ok, K_TOTAL, KG, CG, SPLIT_K: tl.constexpr):
+    """dW[g0 + k // (K/G), k % (K/G), q, s, j % (C/G)] sits at ((k0 + k)·9 + 3q + s)·C/G + j % (C/G); split-K:
+    in this split's row of the fp32 workspace ``[SPLIT_K, weight elements]``."""
     if SPLIT_K > 1:
         out_ptr += split.to(tl.int64) * (K_TOTAL * 9 * CG)
     if CG % 4 == 0:
+        # Written so that the compiler can prove runs of 4 channels 16-byte aligned: stores of element pairs
+        # (the accumulator's layout) instead of scalars, whole 32-byte sectors per row (the scalar stores of
+        # the registry's build ran at a fifth of the JIT-specialised kernel's speed where every merged channel
+        # is stored: H100, c1024 7x7, 91.6 vs 21.2 us at 16 splits).
         cg4 = (CG // 4) * 4
         _store_taps(out_ptr, acc0, acc1, acc2, k0, ks, s, cs, tile_ok, KG, cg4)
     else:
