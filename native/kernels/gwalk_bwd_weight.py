@@ -93,12 +93,7 @@ def _gwalk_bwd_weight_kernel(
     """CG / KG: channels per group; GC / GK: a group block's merged input / output channels (c0 = gb·GC,
     k0 = gb·GK). 3×3 filter. ROWS > 1: stride 1 and dilation 1 (the walk's row sharing is compiled in; the
     support check refuses others); ROWS = 1: any stride and dilation (STR_*, DIL_*)."""
-    # Multiples of 8 (the support check guarantees it), written so that the compiler can prove every channel
-    # run 16-byte aligned (run-time sizes carry no divisibility hint in the registry's build; see gwalk.py).
-    C_TOTAL = (C_TOTAL // 8) * 8
-    K_TOTAL = (K_TOTAL // 8) * 8
-    GC = (GC // 8) * 8
-    GK = (GK // 8) * 8
+    C_TOTAL, K_TOTAL, GC, GK = _channel_runs(C_TOTAL, K_TOTAL, GC, GK)
     split = tl.program_id(0)
     group_block = tl.program_id(1)
     w_tiles, h_tiles, unit_begin, unit_end = _split_units(split, BATCH, IMAGES, OUT_H, ROWS, IN_W, TILE_W, SPLIT_K)
@@ -186,10 +181,7 @@ def _gwalk_tma_bwd_weight_kernel(
     """The walk of ``_gwalk_bwd_weight_kernel`` (stride 1, dilation 1) with every operand tile one TMA box (module
     docstring, "TMA-fed walks"): ``TILE_W`` input columns of ``IMAGES`` images (``IMAGES·TILE_W`` lanes)."""
     LANES: tl.constexpr = IMAGES * TILE_W
-    C_TOTAL = (C_TOTAL // 8) * 8  # (as in the pointer walk: 16-byte channel runs the stores can prove)
-    K_TOTAL = (K_TOTAL // 8) * 8
-    GC = (GC // 8) * 8
-    GK = (GK // 8) * 8
+    C_TOTAL, K_TOTAL, GC, GK = _channel_runs(C_TOTAL, K_TOTAL, GC, GK)
     split = tl.program_id(0)
     group_block = tl.program_id(1)
     w_tiles, h_tiles, unit_begin, unit_end = _split_units(split, BATCH, IMAGES, OUT_H, ROWS, IN_W, TILE_W, SPLIT_K)
@@ -229,6 +221,14 @@ def _gwalk_tma_bwd_weight_kernel(
     cs = tl.arange(0, BLOCK_N)
     tile_ok = ((ks < GK) & (k0 + ks < K_TOTAL) & (s < 3))[:, None] & ((cs < GC) & (c0 + cs < C_TOTAL))[None, :]
     _store_walk(out_ptr, acc0, acc1, acc2, split, k0, ks, s, cs, tile_ok, K_TOTAL, KG, CG, SPLIT_K)
+
+
+@triton.jit
+def _channel_runs(C_TOTAL, K_TOTAL, GC, GK):
+    """The channel counts as multiples of 8 (the support check guarantees they are), written so that the compiler
+    can prove every channel run 16-byte aligned (run-time sizes carry no divisibility hint in the registry's
+    build; see gwalk.py)."""
+    return (C_TOTAL // 8) * 8, (K_TOTAL // 8) * 8, (GC // 8) * 8, (GK // 8) * 8
 
 
 @triton.jit
