@@ -437,6 +437,18 @@ def test_gwalk_backward_weight_one_row_walks_take_strides_and_dilations(override
     assert_no(is_supported(five, _weight_walk(rows=1)), "filter_size")
 
 
+@pytest.mark.parametrize("rows", [1, 2, 4])
+def test_gwalk_backward_weight_tma_walks_need_stride_1_and_dilation_1(rows):
+    """The TMA walks (num_stages 2, 3) load fixed boxes: every walk length runs stride 1 and refuses the rest,
+    one-row walks included."""
+    tma = dataclasses.replace(_weight_walk(rows=rows), num_stages=2)
+    assert is_supported(_resnext(direction=Direction.BACKWARD_WEIGHT), tma)
+    for overrides in (dict(stride=(2, 2)), dict(dilation=(2, 2), pad_begin=(2, 2), pad_end=(2, 2))):
+        support = is_supported(_resnext(direction=Direction.BACKWARD_WEIGHT, **overrides), tma)
+        assert_no(support, "stride")
+        assert "TMA" in support.reason
+
+
 def test_gwalk_backward_weight_runs_grouped_3x3_stride_1_problems():
     assert is_supported(_resnext(direction=Direction.BACKWARD_WEIGHT), _weight_walk())
     # more splits than reduction units: the empty splits write zero partials

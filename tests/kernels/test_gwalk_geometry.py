@@ -78,3 +78,34 @@ def test_backward_weight_columns_wider_than_the_lanes_split_into_tiles():
     assert (geo["tile_w"], geo["images"]) == (128, 1)
     assert geo["units"] == 2 * 2 * 2  # images x output-row walks (3 rows by 2) x column tiles (150 by 128)
     assert geo["lanes_per_split"] == 1 * 2 * 128
+
+
+@pytest.mark.parametrize("in_w, lanes, width", [(7, 64, 8), (14, 64, 16), (16, 64, 16), (28, 64, 32), (56, 64, 64),
+                                                (150, 64, 64), (1, 32, 8), (20, 32, 32), (95, 128, 128)])
+def test_tma_walks_box_the_next_power_of_two_columns(in_w, lanes, width):
+    from tiledispatch.native.kernels.gwalk_geometry import tma_tile_width, tma_tile_widths
+
+    assert tma_tile_width(in_w, lanes) == width
+    assert width in tma_tile_widths(lanes)  # a compiled program exists for every width a launch can ask for
+
+
+def test_tma_walk_programs_cover_each_box_width_once():
+    from tiledispatch.native.kernels.gwalk_geometry import tma_tile_widths
+
+    assert tma_tile_widths(64) == (8, 16, 32, 64)
+    assert tma_tile_widths(32) == (8, 16, 32)
+
+
+def test_tma_walk_geometry_pads_the_columns_to_the_box():
+    import dataclasses
+
+    from tiledispatch.native.kernels.gwalk_geometry import weight_walk_geometry
+
+    tma = dataclasses.replace(_weight_config(), num_stages=2)
+    # 7 input columns in boxes of 8 (the TMA unit zero-fills column 7), 8 images per 64 lanes
+    geo = weight_walk_geometry(_problem("bwd_weight"), tma)
+    assert (geo["tile_w"], geo["images"]) == (8, 8)
+    assert geo["units"] == 4 * 2 * 1  # 32 images by 8, 7 output rows by 4, one column tile
+    # 150 columns in boxes of 64: three column tiles, as the pointer walk's 64-lane tiles
+    wide = _problem("bwd_weight", batch=2, input_size=(5, 150), pad_begin=(0, 0), pad_end=(0, 0))
+    assert weight_walk_geometry(wide, tma)["units"] == 2 * 1 * 3
