@@ -76,10 +76,10 @@ from tiledispatch.native.kernels.split_reduce import (
 from tiledispatch.native.kernels.tma_conv import ensure_scratch_allocator
 from tiledispatch.native.problem import ConvProblem, Direction
 
-_SIZE_PARAMS = ("BATCH", "C_TOTAL", "K_TOTAL", "CG", "KG", "GC", "GK", "IN_H", "IN_W", "OUT_H", "OUT_W",
-                "PAD_H", "PAD_W", "STR_H", "STR_W", "DIL_H", "DIL_W", "TILE_W", "IMAGES")
+# The TMA walk's run-time sizes; the pointer walk's add strides, dilations and its lane tile.
 _TMA_SIZE_PARAMS = ("BATCH", "C_TOTAL", "K_TOTAL", "CG", "KG", "GC", "GK", "IN_H", "IN_W", "OUT_H", "OUT_W",
                     "PAD_H", "PAD_W")
+_SIZE_PARAMS = (*_TMA_SIZE_PARAMS, "STR_H", "STR_W", "DIL_H", "DIL_W", "TILE_W", "IMAGES")
 
 
 @triton.jit
@@ -321,16 +321,14 @@ class GwalkBackwardWeight:
 
     def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
         geo = weight_walk_geometry(problem, config)
+        sizes = (problem.batch, problem.in_channels, problem.out_channels, problem.c_per_group,
+                 problem.k_per_group, geo["gc"], geo["gk"], *problem.input_size, *problem.output_size,
+                 *problem.pad_begin)  # _TMA_SIZE_PARAMS
         if config.num_stages == 1:
             program = "main"
-            sizes = (problem.batch, problem.in_channels, problem.out_channels, problem.c_per_group,
-                     problem.k_per_group, geo["gc"], geo["gk"], *problem.input_size, *problem.output_size,
-                     *problem.pad_begin, *problem.stride, *problem.dilation, geo["tile_w"], geo["images"])
+            sizes += (*problem.stride, *problem.dilation, geo["tile_w"], geo["images"])
         else:
             program = _tma_program(geo["tile_w"])
-            sizes = (problem.batch, problem.in_channels, problem.out_channels, problem.c_per_group,
-                     problem.k_per_group, geo["gc"], geo["gk"], *problem.input_size, *problem.output_size,
-                     *problem.pad_begin)
 
         def main(target) -> Launch:  # dW unsplit, the fp32 partials split
             return Launch(program, geo["grid"], (first, second, target, *sizes))

@@ -23,8 +23,12 @@ def tma_tile_width(in_w: int, lanes: int) -> int:
 
 
 def tma_tile_widths(lanes: int) -> tuple[int, ...]:
-    """Every width :func:`tma_tile_width` can give for ``lanes`` lanes: one compiled program each."""
-    return tuple(sorted({tma_tile_width(in_w, lanes) for in_w in range(1, lanes + 1)}))
+    """Every width :func:`tma_tile_width` can give for ``lanes`` lanes (8, 16, … up to the lanes): one compiled
+    program each."""
+    widths = [8]
+    while widths[-1] < lanes:
+        widths.append(widths[-1] * 2)
+    return tuple(min(width, lanes) for width in widths)
 
 
 def weight_walk_geometry(problem: ConvProblem, config: KernelConfig) -> dict[str, int]:
