@@ -32,9 +32,13 @@ gconv_bwd_weight_bf16_2d_dwrun_4x16x7_w4_s2_gm8_sk64_mg1_v1_i32@bwd_weight|$DW7
 index=0
 for entry in $PROFILES; do
   kernel=${entry%%@*}; problem=${entry#*@}; index=$((index + 1))
-  timeout "${PROFILE_TIMEOUT:-120}" "$NCU" --clock-control none --set full --import-source no \
-    -k "regex:^_(igemm|direct)_(fwd|bwd_data|bwd_weight)|^_gwalk|^_dwroll_|^_dwrun_|^_halo_kernel" --launch-skip 1 --launch-count 1 \
+  if [ "$kernel" = cudnn ]; then  # cuDNN's own kernels: every launch of the first timed call (NVTX range "profile")
+    select=(--nvtx --nvtx-include "profile/" --launch-count "${CUDNN_LAUNCHES:-3}")
+  else
+    select=(-k "regex:^_(igemm|direct)_(fwd|bwd_data|bwd_weight)|^_gwalk|^_dwroll_|^_dwrun_|^_halo_kernel" --launch-skip 1 --launch-count 1)
+  fi
+  timeout "${PROFILE_TIMEOUT:-120}" "$NCU" --clock-control none --set full --import-source no "${select[@]}" \
     python3 bench/profile_kernel.py --registry "${REGISTRY:-$WORK/registry}" --kernel "$kernel" --problem "$problem" \
     > "$WORK/ncu/$(printf %02d $index)_$kernel.txt" 2>&1
-  echo "profile $index $kernel: $(grep -E "^\s+Duration" "$WORK/ncu/$(printf %02d $index)_$kernel.txt" | head -1)"
+  echo "profile $index $kernel ${problem%%|*}: $(grep -E "^\s+Duration" "$WORK/ncu/$(printf %02d $index)_$kernel.txt" | tr -s ' ' | paste -sd' ')"
 done
