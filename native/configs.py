@@ -238,9 +238,10 @@ class KernelConfig:
                 raise ConfigError(f"block_k: a dwroll kernel's filter height must be 1..{MAX_DWROLL_FILTER_HEIGHT}, "
                                   f"got {self.block_k}")
         elif self.family is Family.DWROW:
-            if self.vec != 8 or self.num_stages not in (1, 2) or self.group_m != 1:
-                raise ConfigError("vec/num_stages/group_m: dwrow kernels use vec=8 (16-byte channel runs), "
-                                  "num_stages=1 (or 2: loads one row ahead), group_m=1")
+            # (vec: 8, 16-byte channel runs, or 1, the scalar binary: any channel count, depthwise multipliers)
+            if self.num_stages not in (1, 2) or self.group_m != 1:
+                raise ConfigError("num_stages/group_m: dwrow kernels use num_stages=1 (or 2: loads one row ahead), "
+                                  "group_m=1")
             if not 1 <= self.block_k <= MAX_DWROLL_FILTER_HEIGHT:
                 raise ConfigError(f"block_k: a dwrow kernel's filter width must be 1..{MAX_DWROLL_FILTER_HEIGHT}, "
                                   f"got {self.block_k}")

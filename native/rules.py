@@ -165,11 +165,11 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
                     for held in _DWROLL_HELD_ROWS:
                         yield KernelConfig(direction, dtype, ndim, family, bw, bn, fh, warps, 1, held, 1, 1, 8, i64)
             continue
-        if family is Family.DWROW:  # backward-weight only (Family.directions)
+        if family is Family.DWROW:  # backward-weight only (Family.directions); vec 1: the scalar binary
             domains = (_DWROLL_BLOCK_W, _DWROLL_BLOCK_N, _DWROLL_FILTER_HEIGHTS, _DIRECT_WARPS, (1, 2),
-                       (1, *_SPLIT_K[3:], DWROLL_MAX_SPLIT_K), (False, True))
-            for bw, bn, fw, warps, stages, sk, i64 in itertools.product(*domains):
-                yield KernelConfig(direction, dtype, ndim, family, bw, bn, fw, warps, stages, 1, sk, 1, 8, i64)
+                       (1, *_SPLIT_K[3:], DWROLL_MAX_SPLIT_K), (False, True), (1, 8))
+            for bw, bn, fw, warps, stages, sk, i64, vec in itertools.product(*domains):
+                yield KernelConfig(direction, dtype, ndim, family, bw, bn, fw, warps, stages, 1, sk, 1, vec, i64)
             continue
         if family is Family.DWRUN:  # forward / backward-data: 2D, unsplit
             if not bwd_weight and ndim != 2:
@@ -363,6 +363,17 @@ DWROW_WEIGHT_TILES = {
         7: ((8, 64, 4, 2, 16), (16, 32, 4, 2, 16), (32, 32, 4, 1, 16))},
     3: {3: ((32, 32, 4, 2, 64), (8, 64, 4, 2, 32))},
 }
+#: dwrow's scalar binary (vec 1: C/G = 1 with any K/G and channel count; session 35), same fields. Its channel runs
+#: are unaligned, so Triton gives each thread one channel and several strip columns, whose per-column offsets and
+#: masks are held per element: 8 elements a thread (32×32, 4 warps) compile to 202 registers at 3 taps (the v8
+#: tile: 91), 2 elements to 62-78 (ptxas, sm_90). Hence tiles of 2 elements a thread (4 at 3 taps, 16×64 / 8 warps),
+#: unsplit and at 16-128 splits.
+DWROW_SCALAR_WEIGHT_TILES = {
+    3: ((8, 64, 8, 1, 1), (8, 64, 8, 2, 16), (8, 64, 8, 2, 32), (8, 64, 8, 2, 128), (4, 64, 4, 2, 32),
+        (8, 32, 4, 2, 64), (16, 64, 8, 2, 32)),
+    5: ((8, 64, 8, 2, 16), (8, 64, 8, 2, 64), (4, 64, 4, 2, 32)),
+    7: ((8, 64, 8, 2, 16), (8, 64, 8, 2, 64), (8, 32, 4, 1, 32)),
+}
 
 #: dwrun (run, block_n, warps, num_stages, runs) in ``default`` by filter height, each at 16, 32, 64 and 128 splits:
 #: the tiles within 3-5 % of the best dwrun kernel on the 12 stride-1 depthwise layers of the H200 probe
@@ -474,6 +485,8 @@ def _default_rule(config: KernelConfig) -> bool:
         if c.index64 or c.dtype is DType.FP32:
             return False
         tile = (c.block_m, c.block_n, c.num_warps, c.num_stages, c.split_k)
+        if c.vec == 1:  # 2D and 3D alike
+            return tile in DWROW_SCALAR_WEIGHT_TILES.get(c.block_k, ())
         if tile == (64, 16, 4, 1, 1):  # the unsplit path, for CI's compile check
             return c.block_k == 3
         return tile in DWROW_WEIGHT_TILES[c.ndim].get(c.block_k, ())
@@ -686,7 +699,9 @@ def _tiny_rule(config: KernelConfig) -> bool:
             return True
         return (c.block_m, c.block_n, c.block_k) in ((16, 64, 3), (32, 32, 3)) and c.split_k in (1, 16) \
             and (c.num_stages, c.block_m) in ((1, 16), (2, 32))
-    if c.family is Family.DWROW:  # the unsplit path and one split tile
+    if c.family is Family.DWROW:  # the unsplit path and one split tile; one scalar (vec 1) tile
+        if c.vec == 1:
+            return (c.block_m, c.block_n, c.block_k, c.num_warps, c.split_k) == (8, 64, 3, 8, 32)
         return (c.block_m, c.block_n, c.block_k, c.split_k) in ((64, 16, 3, 1), (32, 32, 3, 64))
     if c.family is Family.DWRUN:  # the unsplit path and one split tile; forward / backward-data: one tile of
         if c.direction is not Direction.BACKWARD_WEIGHT:  # one channel a thread, channel pairs, and 4 through smem

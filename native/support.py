@@ -254,9 +254,19 @@ def _depthwise_rows_refusal(problem: ConvProblem, config: KernelConfig) -> str:
 
 
 def _dwrow_refusal(problem: ConvProblem, config: KernelConfig) -> str:
-    """Why a ``dwrow`` kernel cannot run the problem ('' when it can): depthwise, a filter at most ``block_k``
-    wide (any height, depth, stride, dilation and padding), 32-bit row offsets."""
-    refusal = _depthwise_rows_refusal(problem, config)
+    """Why a ``dwrow`` kernel cannot run the problem ('' when it can): depthwise (``vec`` 1, the scalar binary:
+    C/G = 1 and any K/G), a filter at most ``block_k`` wide (any height, depth, stride, dilation and padding),
+    32-bit row offsets."""
+    if config.vec == 1:
+        refusal = ""
+        if problem.c_per_group != 1:
+            refusal = (f"in_channels: the scalar dwrow binary (vec 1) needs C/G = 1 (depthwise, with any K/G), got "
+                       f"C/G = {problem.c_per_group}")
+        elif max(problem.input_size[-1] * problem.in_channels,
+                 problem.output_size[-1] * problem.out_channels) > INT32_INDEX_LIMIT:
+            refusal = "input_size/channels: one row exceeds 2^31-1 elements (dwrow row offsets are 32-bit)"
+    else:
+        refusal = _depthwise_rows_refusal(problem, config)
     if refusal or problem.filter_size[-1] <= config.block_k:
         return refusal
     return (f"filter_size: dwrow block_k {config.block_k} unrolls at most {config.block_k} filter columns, "

@@ -280,7 +280,7 @@ def test_dwroll_config_rules(fields, message):
 @pytest.mark.parametrize("fields, message", [
     (dict(block_k=8), "filter width must be 1..7"),
     (dict(block_k=0), "filter width must be 1..7"),
-    (dict(vec=1), "vec=8"),
+    (dict(vec=4), "is a dwrun tile, not dwrow"),
     (dict(num_stages=3), "num_stages=1"),
     (dict(group_m=2), "group_m=1"),
     (dict(block_n=24), "block_n: must be a power of two"),

@@ -318,8 +318,8 @@ def test_dwroll_backward_data_needs_stride_one():
 
 # ---- dwrow: depthwise backward-weight by filter row ---------------------------------------------------------
 
-def _dwrow(width=3, ndim=2) -> KernelConfig:
-    return KernelConfig(Direction.BACKWARD_WEIGHT, DType.BF16, ndim, Family.DWROW, 32, 32, width, 4, 2, 1, 32, 1, 8)
+def _dwrow(width=3, ndim=2, vec=8) -> KernelConfig:
+    return KernelConfig(Direction.BACKWARD_WEIGHT, DType.BF16, ndim, Family.DWROW, 32, 32, width, 4, 2, 1, 32, 1, vec)
 
 
 def test_dwrow_runs_any_filter_height_stride_and_dilation_up_to_its_width():
@@ -346,6 +346,18 @@ def test_dwrow_refusals_name_the_field(overrides, width, field):
     support = is_supported(_depthwise(direction="bwd_weight", **overrides), config)
     assert not support and support.reason.startswith(field), support.reason
 
+
+def test_scalar_dwrow_runs_depthwise_multipliers_and_any_channel_count():
+    weight = dict(direction="bwd_weight")
+    multiplier = _depthwise(**weight, groups=15, in_channels=15, out_channels=45)  # C/G 1, K/G 3, odd totals
+    odd = _depthwise(**weight, groups=60, in_channels=60, out_channels=60)
+    assert is_supported(multiplier, _dwrow(vec=1)) and is_supported(odd, _dwrow(vec=1))
+    assert not is_supported(multiplier, _dwrow())  # the v8 binary: depthwise, 8-aligned channels only
+    grouped = is_supported(_depthwise(**weight, groups=16, in_channels=32, out_channels=32), _dwrow(vec=1))
+    assert not grouped and grouped.reason.startswith("in_channels") and "C/G = 2" in grouped.reason
+    wide = is_supported(_depthwise(**weight, groups=15, in_channels=15, out_channels=45, filter_size=(3, 5),
+                                   pad_begin=(1, 2), pad_end=(1, 2)), _dwrow(vec=1))
+    assert not wide and wide.reason.startswith("filter_size")
 
 # ---- dwrun: depthwise backward-weight, a run of output columns a thread -----------------------------------------
 

@@ -113,7 +113,8 @@ FAMILY_SHAPES = {
     Family.TMA: ("stride1_grouped", "stride1_valid"),
     Family.DWROLL: ("depthwise", "dwroll_strided", "dwroll_stride1", "dwroll"),
     Family.GWALK: ("depthwise", "walk_grouped", "walk_wide", "walk_strided"),
-    Family.DWROW: ("depthwise", "dwrow_7x7", "dwroll_strided", "dwroll_stride1", "dwroll"),
+    Family.DWROW: ("depthwise", "dwrow_7x7", "dwroll_strided", "dwroll_stride1", "dwroll", "dw_multiplier",
+                   "depthwise_odd", "planar_spatial_odd"),
     Family.DWRUN: ("depthwise", "dwrun_7x5", "dwrun"),
 }
 
@@ -130,13 +131,14 @@ def problem(direction: Direction, dtype: DType, ndim: int, label: str) -> ConvPr
 def small_config(direction: Direction, dtype: DType, ndim: int, family: Family, *, num_warps: int = 4,
                  split_k: int = 1, merge: int = 2, vec: int = 1, index64: bool = False,
                  taps_w: int = 1, stages: int = 1, wide: bool = False, rows: int = 2,
-                 held: int = 1, multiplier: int = 1) -> KernelConfig:
+                 held: int = 1, multiplier: int = 1, scalar: bool = False) -> KernelConfig:
     """Small tiles, so tiny problems still cover several tiles and the masked edges. ``taps_w``: the
     direct block_k (4/8: the depthwise tap-row programs) or the dwroll filter height; ``wide``: a dwroll
     tile of 16 elements per thread (2D 3x3: the walk with tap-major weights instead of held ones), a
     gwalk tile of 64x64 channels (weights loaded per tap instead of held); ``rows``: gwalk's output rows;
     ``held``: the output rows a dwroll forward / backward-data program holds (group_m; 1 = the rolling walk);
-    ``multiplier``: a direct forward kernel's group_m (2 / 4: the depthwise-multiplier binary);
+    ``multiplier``: a direct forward kernel's group_m (2 / 4: the depthwise-multiplier binary); ``scalar``: dwrow's
+    scalar binary (vec 1: any channel count, depthwise multipliers);
     dwrun: ``taps_w`` its filter height, ``wide`` 4 runs of 5 columns instead of 2 of 3."""
     if family is Family.GWALK and direction is Direction.BACKWARD_WEIGHT:  # wide: 32x32 channels, 32 lanes
         side = 32 if wide else 16  # stages 2, 3: the TMA walk
@@ -152,8 +154,8 @@ def small_config(direction: Direction, dtype: DType, ndim: int, family: Family, 
                             index64)
     if family is Family.DWROW:  # taps_w: the filter columns unrolled
         block_w, block_n = (16, 32) if wide else (8, 16)
-        return KernelConfig(direction, dtype, ndim, family, block_w, block_n, taps_w, 1, stages, 1, split_k, 1, 8,
-                            index64)
+        return KernelConfig(direction, dtype, ndim, family, block_w, block_n, taps_w, 1, stages, 1, split_k, 1,
+                            1 if scalar else 8, index64)
     if family is Family.DWRUN:  # one warp: 2 runs of 3 columns x 16 channels (4 runs of 5 x 8 channels); vec 2
         run, runs, block_n = (5, 4, 8) if wide else (3, 2, 16)  # or 4: that many channels a thread, vec x the channels
         lanes = vec if vec in (2, 4) else 1
@@ -183,7 +185,8 @@ def cases(ndims=(2, 3)):
                         continue  # backward-data dwroll kernels need stride 1
                     if family is Family.DWRUN and direction is not Direction.BACKWARD_WEIGHT and ndim == 3:
                         continue  # dwrun's forward / backward-data kernels are 2D
-                    if label == "dw_multiplier" and ndim == 3 and direction is not Direction.FORWARD:
+                    if label == "dw_multiplier" and ndim == 3 and direction is not Direction.FORWARD \
+                            and family is not Family.DWROW:
                         continue  # the 3D shape is the forward multiplier binary's (2D covers the backward directions)
                     if label == "walk_strided" and direction is not Direction.BACKWARD_WEIGHT:
                         continue  # only backward-weight walks of one row take strides and dilations
@@ -199,6 +202,11 @@ def cases(ndims=(2, 3)):
                     if family is Family.DWROW:  # exactly the filter's width and wider (masked columns)
                         width = available[label]["filter_size"][-1]
                         variants = [dict(taps_w=width), dict(taps_w=7, stages=2, wide=True)]
+                        shape = available[label]
+                        if shape["out_channels"] != shape["in_channels"] or shape["in_channels"] % 8:
+                            variants = [dict(v, scalar=True) for v in variants]  # only the scalar binary runs it
+                        else:
+                            variants.append(dict(taps_w=width, stages=2, scalar=True))
                     if family is Family.DWRUN:  # the filter's height; plain, loading a step ahead, channel pairs
                         height = available[label]["filter_size"][-2]
                         variants = [dict(taps_w=height), dict(taps_w=height, stages=2, wide=True),
@@ -305,6 +313,9 @@ DWROLL_GPU_HELD = (((64, 32, 4), 4, 7), ((16, 32, 4), 4, 7), ((32, 16, 4), 2, 3)
 #: plain and loading a row ahead, 4 and 8 warps, 3 to 7 columns.
 DWROW_GPU_TILES = ((64, 16, 3, 4, 1, 1), (32, 32, 3, 4, 2, 16), (16, 64, 5, 4, 2, 32), (32, 16, 7, 4, 2, 64),
                    (64, 32, 7, 8, 2, 128), (64, 16, 3, 8, 1, 8))
+#: dwrow scalar-binary (vec 1) GPU-test kernels, as DWROW_GPU_TILES: 2-4 elements a thread (rules.py), 3 to 7 columns.
+DWROW_SCALAR_GPU_TILES = ((8, 64, 3, 8, 1, 1), (8, 32, 3, 4, 2, 16), (4, 64, 5, 4, 2, 32), (8, 64, 7, 8, 2, 64),
+                          (16, 64, 3, 8, 2, 128))
 #: dwrun GPU-test kernels (run, runs, block_n, filter height, warps, num_stages, split_k): unsplit and split up to 128,
 #: plain and loading a step ahead, 1 to 8 warps, runs of 4 to 14 columns, every filter height; under a register
 #: budget (dwrun.run_register_budget): backward-weight's 4×16×7 / 4 warps and 7×16×3 / 8 warps, the data directions'
@@ -343,9 +354,10 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
                 out += [KernelConfig(direction, dtype, ndim, family, block_w, block_n, height, num_warps, 1, held, 1, 1,
                                      8) for (block_w, block_n, num_warps), held, height in DWROLL_GPU_HELD]
             continue
-        if family is Family.DWROW:
+        if family is Family.DWROW:  # both binaries: v8 and the scalar one
             out += [KernelConfig(direction, dtype, ndim, family, block_w, block_n, width, warps, stages, 1, split_k, 1,
-                                 8) for block_w, block_n, width, warps, stages, split_k in DWROW_GPU_TILES]
+                                 vec) for tiles, vec in ((DWROW_GPU_TILES, 8), (DWROW_SCALAR_GPU_TILES, 1))
+                    for block_w, block_n, width, warps, stages, split_k in tiles]
             continue
         if family is Family.DWRUN:  # forward / backward-data: 2D, unsplit
             if direction is Direction.BACKWARD_WEIGHT:

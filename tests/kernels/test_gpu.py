@@ -208,6 +208,22 @@ def test_random_depthwise_filter_rows(registry, dtype, ndim, seed):
     assert not _check(problem, registry, configs), problem.key
 
 
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("ndim", (2, 3))
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.value)
+def test_random_multiplier_filter_rows(registry, dtype, ndim, seed):
+    """dwrow's scalar binary (vec 1) on depthwise-multiplier and odd-channel problems: C/G = 1, K/G 1-6, any group
+    count, any filter up to 7 wide, strides and dilations on every axis; every kernel that supports it, and at
+    least one scalar dwrow among them."""
+    rng = random.Random(f"dwrow-scalar-{dtype}-{ndim}-{seed}-{random.random()}")
+    groups = rng.choice([rng.randrange(1, 80, 2), 8 * rng.randint(1, 9)])
+    multiplier = rng.choice([1, 2, 3, 4, 6])
+    base = _random_depthwise_filter_rows_problem(rng, ndim, dtype)
+    problem = dataclasses.replace(base, groups=groups, in_channels=groups, out_channels=groups * multiplier)
+    configs = [c for c in registry.configs if c.dtype is dtype and c.ndim == ndim and c.direction is problem.direction]
+    assert any(c.family is Family.DWROW and c.vec == 1 and is_supported(problem, c) for c in configs), problem.key
+    assert not _check(problem, registry, configs), problem.key
+
 def _random_depthwise_runs_problem(rng: random.Random, ndim: int, dtype: DType) -> ConvProblem:
     """A depthwise backward-weight problem the dwrun kernels run: rows and columns at stride 1 and dilation 1 with
     a 3, 5 or 7 high filter (at most as wide), depth strided and dilated, asymmetric pads up to the filter, any
