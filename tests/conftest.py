@@ -39,7 +39,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def shipped_model_store():
     """The server's ModelStore of every shipped model (models/artifacts, all versions) for sm_90, loaded once a
-    test process (62 folders: about 11 s on the 2-core CI machine). Its users only choose, find and predict."""
+    test process (63 folders: about 11 s on the 2-core CI machine). Its users only choose, find and predict."""
     from tiledispatch.native.arch import get_arch
     from tiledispatch.server.predictors import ModelStore
 

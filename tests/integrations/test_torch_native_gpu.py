@@ -121,9 +121,11 @@ def test_every_family_runs_like_the_python_path(registry, native, direction, dty
         weights = [w for _, w in launch._OPERANDS[direction]]
         first_pt, second_pt = _pytorch_face(first, weights[0]), _pytorch_face(second, weights[1])
         picked: dict = {}
-        for config in configs:  # per family: one kernel per warp count, and per program kind (gwalk: TMA walks)
-            variant = (config.num_warps, config.family is Family.GWALK and config.num_stages > 1)
-            if len(picked.setdefault(config.family, {})) < 3 and variant not in picked[config.family] \
+        for config in configs:  # per family: one kernel per warp count and program kind (gwalk: TMA walks; dwrow:
+            # the scalar binary)
+            variant = (config.num_warps, config.family is Family.GWALK and config.num_stages > 1,
+                       config.family is Family.DWROW and config.vec == 1)
+            if len(picked.setdefault(config.family, {})) < 4 and variant not in picked[config.family] \
                     and is_supported(problem, config):
                 picked[config.family][variant] = config
         for family, by_warps in picked.items():

@@ -58,7 +58,7 @@ def wait_serving(port: int, timeout: float = 90.0, alive=lambda: True) -> None:
 def newest_models(tmp: Path) -> Path:
     """A models folder (``--models-dir``) with only the newest version of each shipped model, linked from
     ``models/artifacts``: every (dtype, direction) has one model name, so the server chooses exactly the
-    models it chooses from the whole folder, without loading the older versions first (62 folders, about
+    models it chooses from the whole folder, without loading the older versions first (63 folders, about
     10 s of every server start on the 2-core CI machine). For servers whose tests are not about the model
     list; ``tiledispatch serve`` as the README starts it (tests/service/test_server_process.py) loads them all."""
     from tiledispatch.models.predictor import version_folders
