@@ -23,6 +23,10 @@ Config: ``block_m`` = ``BLOCK_W`` (output columns of a strip), ``block_n`` = cha
 filter columns unrolled (``F_W ≤ block_k``, any ``F_H`` and ``F_D``), ``num_stages`` 2 = each row's loads
 issued one row ahead of its FMAs, ``split_k`` the splits.
 
+Measured (H200, ``bench/results/2026-11-27_h200_s17/``): 1.15–1.7× faster than every other kernel on the
+stride-2 3×3 depthwise layers of MobileNetV2, which dwroll cannot run (n32 c96 112×112: 46.3 µs, cuDNN 56.7);
+at stride 1 mostly slower than dwroll: the row walk is latency-bound (more splits make 7×7 layers slower).
+
 ``vec`` 1: the scalar binary, for C/G = 1 and any K/G = M (depthwise multipliers) and any channel count:
 ``dW[k, t] = Σ_{n, o} dY[n, o, k] · X[n, i(o, t), k // M]``. The same walk over output channels ``k`` (dY runs
 contiguous, 16-bit loads a channel), each input value gathered at channel ``k // M`` (the M output channels of a
@@ -32,13 +36,9 @@ are a group's, 2.3 %: 2.96 ms, 1.1 G instructions issued, 93 % L2 hits; Nsight C
 Measured (H200, ``bench/results/2026-11-29_h200_s35/multiplier_calls3-4``, every ``default`` kernel and cuDNN): the
 fastest kernel on 5 of the 27 synthetic multiplier and 3D depthwise problems' backward-weight, 1.1-1.5× the best
 before it (n32 g239 K/G 3: 3.00 → 2.00 ms, cuDNN 2.94; 2D n24 g471 K/G 4 45²: 932 → 709 µs, cuDNN 7,052). It is
-still 23× that g239 problem's bound (86 µs): each thread holds one channel of several strip columns (the runs are
-unaligned), so the per-column masks and offsets are per element (8 elements a thread: 202 registers at 3 taps;
-``rules.DWROW_SCALAR_WEIGHT_TILES``).
-
-Measured (H200, ``bench/results/2026-11-27_h200_s17/``): 1.15–1.7× faster than every other kernel on the
-stride-2 3×3 depthwise layers of MobileNetV2, which dwroll cannot run (n32 c96 112×112: 46.3 µs, cuDNN 56.7);
-at stride 1 mostly slower than dwroll: the row walk is latency-bound (more splits make 7×7 layers slower).
+still 23× that g239 problem's bound (86 µs; not profiled). What the compiler shows: each thread holds one channel of
+several strip columns (the runs are unaligned), so the per-column masks and offsets are per element (8 elements a
+thread: 202 registers at 3 taps; ``rules.DWROW_SCALAR_WEIGHT_TILES``).
 """
 
 from __future__ import annotations

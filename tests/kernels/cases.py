@@ -205,7 +205,7 @@ def cases(ndims=(2, 3)):
                         shape = available[label]
                         if shape["out_channels"] != shape["in_channels"] or shape["in_channels"] % 8:
                             variants = [dict(v, scalar=True) for v in variants]  # only the scalar binary runs it
-                        else:
+                        elif label == "depthwise":  # the scalar binary on aligned channels too (K/G = 1)
                             variants.append(dict(taps_w=width, stages=2, scalar=True))
                     if family is Family.DWRUN:  # the filter's height; plain, loading a step ahead, channel pairs
                         height = available[label]["filter_size"][-2]
