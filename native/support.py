@@ -239,14 +239,17 @@ def _dwroll_refusal(problem: ConvProblem, config: KernelConfig) -> str:
     return ""
 
 
-def _depthwise_rows_refusal(problem: ConvProblem, config: KernelConfig) -> str:
-    """What dwroll, dwrow and dwrun need ('' when it holds): a depthwise problem, and one row of the input or the
-    output (W·C elements) within 32-bit offsets."""
+def _depthwise_rows_refusal(problem: ConvProblem, config: KernelConfig, *, multiplier: bool = False) -> str:
+    """What dwroll, dwrow and dwrun need ('' when it holds): a depthwise problem (``multiplier``: C/G = 1 with any
+    K/G, dwrow's scalar binary), and one row of the input or the output (W·C elements) within 32-bit offsets."""
     family = config.family.value
-    if problem.c_per_group != 1 or problem.k_per_group != 1:
+    if multiplier and problem.c_per_group != 1:
+        return (f"in_channels: the scalar {family} binary (vec 1) needs C/G = 1 (depthwise, with any K/G), got "
+                f"C/G = {problem.c_per_group}")
+    if not multiplier and (problem.c_per_group != 1 or problem.k_per_group != 1):
         return (f"in_channels/out_channels: {family} kernels are for depthwise problems (C/G = K/G = 1), got "
                 f"{problem.c_per_group}/{problem.k_per_group}")
-    widest = max(problem.input_size[-1], problem.output_size[-1]) * problem.in_channels
+    widest = max(problem.input_size[-1] * problem.in_channels, problem.output_size[-1] * problem.out_channels)
     if widest > INT32_INDEX_LIMIT:
         return (f"input_size/in_channels: one row of {widest} elements exceeds 2^31-1 ({family} row offsets are "
                 "32-bit)")
@@ -257,16 +260,7 @@ def _dwrow_refusal(problem: ConvProblem, config: KernelConfig) -> str:
     """Why a ``dwrow`` kernel cannot run the problem ('' when it can): depthwise (``vec`` 1, the scalar binary:
     C/G = 1 and any K/G), a filter at most ``block_k`` wide (any height, depth, stride, dilation and padding),
     32-bit row offsets."""
-    if config.vec == 1:
-        refusal = ""
-        if problem.c_per_group != 1:
-            refusal = (f"in_channels: the scalar dwrow binary (vec 1) needs C/G = 1 (depthwise, with any K/G), got "
-                       f"C/G = {problem.c_per_group}")
-        elif max(problem.input_size[-1] * problem.in_channels,
-                 problem.output_size[-1] * problem.out_channels) > INT32_INDEX_LIMIT:
-            refusal = "input_size/channels: one row exceeds 2^31-1 elements (dwrow row offsets are 32-bit)"
-    else:
-        refusal = _depthwise_rows_refusal(problem, config)
+    refusal = _depthwise_rows_refusal(problem, config, multiplier=config.vec == 1)
     if refusal or problem.filter_size[-1] <= config.block_k:
         return refusal
     return (f"filter_size: dwrow block_k {config.block_k} unrolls at most {config.block_k} filter columns, "
