@@ -60,14 +60,14 @@ import numpy as np
 from tiledispatch.models import analytic
 from tiledispatch.native.arch import ArchSpec, get_arch
 from tiledispatch.native.configs import KernelConfig
-from tiledispatch.native.kernels import dwroll_tiling
+from tiledispatch.native.kernels import channel_pad_geometry, dwroll_tiling
 from tiledispatch.native.kernels.base import as3d
 from tiledispatch.native.kernels.direct_tiling import bwd_weight_tiling
 from tiledispatch.native.kernels.gwalk_geometry import weight_walk_geometry
 from tiledispatch.native.kernels.halo_tiling import halo_geometry
 from tiledispatch.native.problem import ConvProblem, Direction, ProblemClass
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 PROBLEM_FEATURES = (
     "p_ndim", "p_batch", "p_groups", "p_in_channels", "p_out_channels", "p_c_per_group", "p_k_per_group",
@@ -151,19 +151,26 @@ DWROLL_FEATURES = ("k_dwroll", "k_dwroll_live_values", "x_launch_dwroll_halo")
 HALO_FEATURES = ("k_halo", "x_halo_log_programs", "x_halo_waves", "x_halo_useful", "x_halo_prologue",
                  "x_halo_tap_fill")
 
+#: Schema 5: channel padding (``pad_channels``, ``native/kernels/channel_pad.py``; both 0 on other rows): the
+#: flag, which tells a padded kernel's row from its v8 tile's (the tile's own fields are the same), and the
+#: bytes its copies move (operands padded into the workspace, a padded result copied back) over the problem's
+#: minimum bytes.
+PAD_FEATURES = ("k_pad_channels", "x_pad_copy_ratio")
+
 #: The names ``FeatureEngine.build(..., launch=False)`` leaves 0 (the costliest to compute).
 LAUNCH_NAMES = LAUNCH_FEATURES + ("x_launch_dwroll_halo",) + HALO_FEATURES[1:]
 
 _V1_NAMES = PROBLEM_FEATURES + KERNEL_FEATURES + INTERACTION_FEATURES + HARDWARE_FEATURES
 _V2_NAMES = _V1_NAMES + LAUNCH_FEATURES
 _V3_NAMES = _V2_NAMES + DWROLL_FEATURES
-FEATURE_NAMES: tuple[str, ...] = _V3_NAMES + HALO_FEATURES
+_V4_NAMES = _V3_NAMES + HALO_FEATURES
+FEATURE_NAMES: tuple[str, ...] = _V4_NAMES + PAD_FEATURES
 
 #: Every feature set the engine has shipped, by schema version (each a subset of the next; the
 #: engine must keep making every name listed here). 0: problem sizes and kernel fields only;
 #: 1: + derived problem features, interaction and hardware groups; 2: + launch geometry;
 #: 3: + dwroll (its one-hot, live fp32 values per thread, row-chunk halo; and its launchers'
-#: geometry under the launch names); 4: + the halo family's walk.
+#: geometry under the launch names); 4: + the halo family's walk; 5: + channel padding.
 FEATURE_SETS: dict[int, tuple[str, ...]] = {
     0: ("p_ndim", "p_batch", "p_groups", "p_in_channels", "p_out_channels", "p_c_per_group", "p_k_per_group",
         "p_in_d", "p_in_h", "p_in_w", "p_out_d", "p_out_h", "p_out_w", "p_filter_d", "p_filter_h", "p_filter_w",
@@ -172,7 +179,8 @@ FEATURE_SETS: dict[int, tuple[str, ...]] = {
     1: _V1_NAMES,
     2: _V2_NAMES,
     3: _V3_NAMES,
-    4: FEATURE_NAMES,
+    4: _V4_NAMES,
+    5: FEATURE_NAMES,
 }
 
 
@@ -242,6 +250,7 @@ class ConfigTable:
         table = analytic.config_table(configs)
         table["group_m"] = np.array([c.group_m for c in configs], dtype=np.int64)
         table["smem"] = np.array([c.smem_bytes_estimate for c in configs], dtype=np.int64)
+        table["pad_channels"] = np.array([c.pad_channels for c in configs], dtype=np.int64)
         return cls(tuple(configs), table)
 
     def __len__(self) -> int:
@@ -562,6 +571,12 @@ class FeatureEngine:
                           merged_rg * merged_og / (config.block_k * config.block_n))
         return out
 
+    @staticmethod
+    def pad_matrix(p: ConvProblem, table: ConfigTable) -> np.ndarray:
+        """The channel-padding group, in ``PAD_FEATURES`` order (0 on rows of unpadded kernels)."""
+        flags = table.columns["pad_channels"].astype(np.float64)
+        return np.column_stack((flags, flags * (channel_pad_geometry.copy_bytes(p) / p.min_bytes)))
+
     # ---- all ----------------------------------------------------------------------------------
     def build(self, problem: ConvProblem, configs: Sequence[KernelConfig] | ConfigTable, *,
               launch: bool = True) -> np.ndarray:
@@ -573,13 +588,36 @@ class FeatureEngine:
         out = np.empty((n, len(self.names)), dtype=np.float64)
         if n == 0:
             return out
+        out[:, :len(PROBLEM_FEATURES)] = self.problem_vector(problem)
+        padded_rows = np.flatnonzero(table.columns["pad_channels"])
+        if padded_rows.size == 0 or channel_pad_geometry.aligned(problem):
+            self._fill_config_groups(problem, table, out, launch=launch)
+            return out
+        # A channel-padded kernel runs its v8 tile on the padded problem: its kernel, interaction, launch and
+        # family groups describe that run (the problem group stays the caller's problem, and the pad group
+        # counts the copies on it).
+        for rows, padded in ((np.flatnonzero(table.columns["pad_channels"] == 0), False), (padded_rows, True)):
+            if rows.size == 0:
+                continue
+            part = table_of([table.configs[i] for i in rows])
+            block = np.empty((rows.size, len(self.names)), dtype=np.float64)
+            self._fill_config_groups(channel_pad_geometry.padded_problem(problem) if padded else problem, part,
+                                     block, launch=launch)
+            if padded:
+                block[:, -len(PAD_FEATURES):] = self.pad_matrix(problem, part)
+            out[rows, len(PROBLEM_FEATURES):] = block[:, len(PROBLEM_FEATURES):]
+        return out
+
+    def _fill_config_groups(self, problem: ConvProblem, table: ConfigTable, out: np.ndarray, *,
+                            launch: bool) -> None:
+        """Every group after the problem's, into ``out``'s columns in :data:`FEATURE_NAMES` order."""
         a = len(PROBLEM_FEATURES)
         b = a + len(KERNEL_FEATURES)
         c = b + len(INTERACTION_FEATURES)
         d = c + len(HARDWARE_FEATURES)
         e = d + len(LAUNCH_FEATURES)
         f = e + len(DWROLL_FEATURES)
-        out[:, :a] = self.problem_vector(problem)
+        g = f + len(HALO_FEATURES)
         out[:, a:b] = self.kernel_matrix(table)
         breakdown = self._analytic.breakdown(problem, table.columns)
         out[:, b:c] = self.interaction_matrix(problem, table, breakdown)
@@ -587,5 +625,5 @@ class FeatureEngine:
         dwroll = self._dwroll(problem, table)
         out[:, d:e] = self.launch_matrix(problem, table, breakdown, dwroll) if launch else 0.0
         out[:, e:f] = self.dwroll_matrix(problem, table, launch=launch, dwroll=dwroll)
-        out[:, f:] = self.halo_matrix(problem, table, launch=launch)
-        return out
+        out[:, f:g] = self.halo_matrix(problem, table, launch=launch)
+        out[:, g:] = self.pad_matrix(problem, table)

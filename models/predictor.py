@@ -38,7 +38,8 @@ families whose one-hot ``k_<family>`` is among the model's features (every shipp
 model: igemm, gmerge, gemm1x1, direct — exactly the families of their training rows; ``tma`` has
 no one-hot, ``dwroll`` has one from schema 3). Unseen kernels likewise: a model whose manifest lists
 the ``kernels`` of its training rows (``models/train.py`` since session 8) ranks only those; one without
-that record ranks no forward / backward-data split-K kernel (none existed when it was trained). A kernel
+that record ranks no forward / backward-data split-K kernel and no channel-padded one (neither existed when it was
+trained). A kernel
 added to the rule set after training is a config value the model never saw (measured on the H200:
 the bf16 backward-weight model ranked untried ``num_stages`` 3 dwroll tiles first, 1.4x slower than its
 own pick among the kernels it knew); it waits for the tuning database or the next training. When no
@@ -254,12 +255,16 @@ class TrainedPredictor:
     def rankable(self, configs: Sequence[KernelConfig] | ConfigTable) -> np.ndarray:
         """Bool per config: whether this model may rank it (its family is one of :attr:`seen_families`
         and, where the artifact records them, it is one of :attr:`seen_kernels`; an artifact without the
-        record ranks no forward / backward-data split-K kernel); every config when none is."""
+        record ranks no forward / backward-data split-K kernel and no channel-padded one); every config when none
+        is."""
         table = table_of(configs)
         seen = np.isin(table.columns["family"], self._seen_codes)
         if self.seen_kernels:
             seen &= np.fromiter((name in self.seen_kernels for name in table.names), dtype=bool, count=len(table))
-        elif Direction.BACKWARD_WEIGHT not in self.directions:
+            return seen if seen.any() else np.ones(len(seen), dtype=bool)
+        # Channel-padded kernels (schema 5) are newer than every artifact without a kernel record.
+        seen &= table.columns["pad_channels"] == 0
+        if Direction.BACKWARD_WEIGHT not in self.directions:
             # Forward / backward-data split-K kernels are newer than every artifact without a kernel record
             # (its training rows all have split_k 1: e.g. the shipped fp16 forward / backward-data models,
             # which put the untried split-K tiles first on batch-1 problems); like an unseen family, they

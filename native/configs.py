@@ -6,9 +6,11 @@ no two distinct kernels ever share a name or a feature row (the seed's aliasing 
 Name grammar (all fields, fixed order)::
 
     gconv_{direction}_{dtype}_{ndim}d_{family}_{block_m}x{block_n}x{block_k}
-         _w{num_warps}_s{num_stages}_gm{group_m}_sk{split_k}_mg{merge}_v{vec}_i{32|64}
+         _w{num_warps}_s{num_stages}_gm{group_m}_sk{split_k}_mg{merge}_v{vec}[p]_i{32|64}
 
-e.g. ``gconv_fwd_bf16_2d_igemm_128x64x32_w4_s3_gm8_sk1_mg1_v8_i32``.
+e.g. ``gconv_fwd_bf16_2d_igemm_128x64x32_w4_s3_gm8_sk1_mg1_v8_i32``; ``v8p`` (``pad_channels``): the same v8
+tile run on copies of the operands whose channel runs are zero-padded to multiples of 8
+(``kernels/channel_pad.py``).
 
 Families and what their block sizes tile (per group, see each kernel's docstring for the GEMM):
 
@@ -56,11 +58,14 @@ igemm, gmerge and gemm1x1 (for small GEMM M, e.g. batch-1 inference, where the (
 most SMs idle). direct, dwroll, tma and gwalk kernels of the data directions do not split (split_k = 1).
 ``vec`` = 8 promises 16-byte-aligned channel runs, ``vec`` = 2 or 4 (dwrun) that many neighbouring channels a
 thread: a channel count divisible by ``vec`` (``is_supported`` checks the channel counts);
-``index64`` computes element offsets in 64 bits for tensors over 2^31 elements.
+``index64`` computes element offsets in 64 bits for tensors over 2^31 elements; ``pad_channels`` (igemm and
+gemm1x1, v8, 32-bit) runs problems whose C/G or K/G is not a multiple of 8 on the v8 tile through zero-padded
+copies in the workspace (``is_supported`` refuses it where the channels are aligned already).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -144,6 +149,7 @@ class KernelConfig:
     merge: int = 1
     vec: int = 1
     index64: bool = False
+    pad_channels: bool = False
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -152,8 +158,9 @@ class KernelConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"{name}: must be an integer, got {value!r}")
-        if not isinstance(self.index64, bool):
-            raise ConfigError(f"index64: must be a bool, got {self.index64!r}")
+        for name in ("index64", "pad_channels"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name}: must be a bool, got {getattr(self, name)!r}")
         for name, kind in (("direction", Direction), ("dtype", DType), ("family", Family)):
             if type(getattr(self, name)) is kind:  # the rule sets' hundreds of thousands of candidates: no lookup
                 continue
@@ -193,6 +200,11 @@ class KernelConfig:
         if self.direction not in self.family.directions:
             raise ConfigError(f"family: {self.family.value} kernels run "
                               f"{' and '.join(d.value for d in self.family.directions)}, not {self.direction.value}")
+        if self.pad_channels and (self.family not in (Family.IGEMM, Family.GEMM1X1) or self.vec != 8
+                                  or self.index64):
+            raise ConfigError(f"pad_channels: channel padding runs an igemm or gemm1x1 v8 tile with 32-bit indices "
+                              f"on padded copies, got {self.family.value} v{self.vec}"
+                              f"{' i64' if self.index64 else ''}")
         if self.family is Family.TMA:
             if self.vec != 8 or self.index64:
                 raise ConfigError("vec/index64: tma kernels need 16-byte-aligned channel runs (v8) and 32-bit indices")
@@ -281,7 +293,13 @@ class KernelConfig:
     def name(self) -> str:
         return (f"gconv_{self.direction.value}_{self.dtype.value}_{self.ndim}d_{self.family.value}"
                 f"_{self.block_m}x{self.block_n}x{self.block_k}_w{self.num_warps}_s{self.num_stages}"
-                f"_gm{self.group_m}_sk{self.split_k}_mg{self.merge}_v{self.vec}_i{64 if self.index64 else 32}")
+                f"_gm{self.group_m}_sk{self.split_k}_mg{self.merge}_v{self.vec}{'p' if self.pad_channels else ''}"
+                f"_i{64 if self.index64 else 32}")
+
+    @property
+    def unpadded(self) -> KernelConfig:
+        """The v8 kernel a ``pad_channels`` config runs on the padded copies (itself otherwise)."""
+        return dataclasses.replace(self, pad_channels=False) if self.pad_channels else self
 
     def __str__(self) -> str:
         return self.name
@@ -312,7 +330,7 @@ _NAME_RE = re.compile(
     r"^gconv_(?P<direction>fwd|bwd_data|bwd_weight)_(?P<dtype>bf16|fp16|fp32)_(?P<ndim>[23])d"
     r"_(?P<family>[a-z0-9]+)_(?P<block_m>\d+)x(?P<block_n>\d+)x(?P<block_k>\d+)_w(?P<num_warps>\d+)"
     r"_s(?P<num_stages>\d+)_gm(?P<group_m>\d+)_sk(?P<split_k>\d+)_mg(?P<merge>\d+)_v(?P<vec>\d+)"
-    r"_i(?P<index_bits>32|64)$"
+    r"(?P<pad>p?)_i(?P<index_bits>32|64)$"
 )
 
 
@@ -321,9 +339,10 @@ def parse_kernel_name(name: str) -> KernelConfig:
     match = _NAME_RE.match(name)
     if not match:
         raise ConfigError(f"kernel name: {name!r} does not follow "
-                          "gconv_<dir>_<dtype>_<n>d_<family>_<M>x<N>x<K>_w<W>_s<S>_gm<G>_sk<SK>_mg<MG>_v<V>_i<32|64>")
+                          "gconv_<dir>_<dtype>_<n>d_<family>_<M>x<N>x<K>_w<W>_s<S>_gm<G>_sk<SK>_mg<MG>_v<V>[p]_i<32|64>")
     fields = match.groupdict()
     index_bits = fields.pop("index_bits")
+    pad_channels = fields.pop("pad") == "p"
     try:
         family = Family(fields.pop("family"))
     except ValueError:
@@ -333,6 +352,7 @@ def parse_kernel_name(name: str) -> KernelConfig:
         dtype=DType(fields.pop("dtype")),
         family=family,
         index64=index_bits == "64",
+        pad_channels=pad_channels,
         **{key: int(value) for key, value in fields.items()},
     )
     if config.name != name:  # e.g. leading zeros: the canonical spelling is the only spelling

@@ -70,10 +70,12 @@ _DEVICE_TYPE = {Backend.COMPILED: "cuda", Backend.JIT: "cuda", Backend.INTERPRET
 PLAN_CACHE_SIZE = 4096
 
 
-def templates() -> dict[tuple[Direction, Family], KernelTemplate]:
-    """Every kernel template, keyed by (direction, family). Imports triton on first call."""
+def templates() -> dict[tuple, KernelTemplate]:
+    """Every kernel template, keyed by (direction, family), and those of ``pad_channels`` configs by (direction,
+    family, True). Imports triton on first call."""
     global _TEMPLATES
     if _TEMPLATES is None:
+        from tiledispatch.native.kernels.channel_pad import ChannelPadded
         from tiledispatch.native.kernels.direct import DirectBackwardData, DirectBackwardWeight, DirectForward
         from tiledispatch.native.kernels.dwroll import DwrollBackwardWeight, DwrollData
         from tiledispatch.native.kernels.dwrow import DwrowBackwardWeight
@@ -97,15 +99,21 @@ def templates() -> dict[tuple[Direction, Family], KernelTemplate]:
                          HaloConvolution(Direction.FORWARD), HaloConvolution(Direction.BACKWARD_DATA)):
             for family in template.families:
                 table[(template.direction, family)] = template
+        for direction in Direction:  # pad_channels configs: keyed by (direction, family, True)
+            padded = ChannelPadded(table[(direction, Family.IGEMM)])
+            for family in padded.families:
+                table[(direction, family, True)] = padded
         _TEMPLATES = table
     return _TEMPLATES
 
 
-_TEMPLATES: dict[tuple[Direction, Family], KernelTemplate] | None = None
+_TEMPLATES: dict[tuple, KernelTemplate] | None = None
 
 
 def template_for(config: KernelConfig) -> KernelTemplate:
     try:
+        if config.pad_channels:
+            return templates()[(config.direction, config.family, True)]
         return templates()[(config.direction, config.family)]
     except KeyError:
         raise LaunchError(f"family: no {config.family.value} kernel template for {config.direction.value}") from None

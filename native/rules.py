@@ -208,6 +208,9 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
                 domains = ((64, 128), (32, 64), (32, 64), *domains[3:9], (False,))
         for bm, bn, bk, warps, stages, gm, sk, mg, vec, i64 in itertools.product(*domains):
             yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, stages, gm, sk, mg, vec, i64)
+            if vec == 8 and not i64 and family in (Family.IGEMM, Family.GEMM1X1):  # its channel-padded twin
+                yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, stages, gm, sk, mg, vec, i64,
+                                   True)
 
 
 def _dwrun_default_candidates(direction: Direction, dtype: DType, ndim: int) -> Iterator[KernelConfig]:
@@ -458,6 +461,30 @@ GWALK_DEFAULT_TILES = frozenset({(64, 16, 16, 4), (128, 16, 16, 4), (64, 32, 32,
                                  (128, 32, 32, 8), (64, 64, 64, 4), (128, 64, 64, 8)})
 
 
+#: Channel-padded (``pad_channels``) tiles of ``default``, (family, block_m, block_n, block_k, warps, stages,
+#: split_k) by direction, bf16 / fp16, on v8 tiles ``default`` holds (igemm 2D and 3D, gemm1x1 2D): the v8 tiles
+#: best most often on the dense and large-C/G problems of the H200 synthetic and dev-suite runs (sessions 33-34),
+#: the widest of them for large GEMMs and a split or a narrow one for small M.
+PADDED_TILES = {
+    Direction.FORWARD: frozenset({(Family.IGEMM, 128, 128, 64, 8, 3, 1), (Family.IGEMM, 128, 256, 64, 8, 3, 1),
+                                  (Family.IGEMM, 64, 32, 32, 4, 4, 1), (Family.IGEMM, 64, 64, 64, 4, 3, 4),
+                                  (Family.GEMM1X1, 128, 32, 32, 4, 4, 1)}),
+    Direction.BACKWARD_DATA: frozenset({(Family.IGEMM, 128, 256, 64, 8, 3, 1), (Family.IGEMM, 128, 128, 64, 8, 3, 1),
+                                        (Family.IGEMM, 64, 64, 32, 4, 4, 1), (Family.IGEMM, 64, 64, 64, 4, 3, 8),
+                                        (Family.GEMM1X1, 128, 32, 32, 4, 4, 1)}),
+    Direction.BACKWARD_WEIGHT: frozenset({(Family.IGEMM, 64, 128, 64, 4, 3, 1), (Family.IGEMM, 64, 128, 64, 4, 3, 8),
+                                          (Family.IGEMM, 64, 32, 64, 4, 3, 16), (Family.IGEMM, 128, 128, 64, 8, 3, 1),
+                                          (Family.GEMM1X1, 64, 64, 64, 4, 3, 64)}),
+}
+
+
+def _default_padded_rule(c: KernelConfig) -> bool:
+    """The ``pad_channels`` kernels of ``default``: :data:`PADDED_TILES` whose v8 tile ``default`` holds."""
+    return (c.dtype is not DType.FP32 and (c.family is Family.IGEMM or c.ndim == 2)
+            and (c.family, c.block_m, c.block_n, c.block_k, c.num_warps, c.num_stages, c.split_k)
+            in PADDED_TILES[c.direction] and _default_rule(c.unpadded))
+
+
 def _default_split_data_rule(c: KernelConfig) -> bool:
     """The split-K forward / backward-data kernels of ``default`` (see :data:`SPLIT_K_DATA_TILES`)."""
     return (c.family in (Family.IGEMM, Family.GEMM1X1) and (c.family is Family.IGEMM or c.ndim == 2)
@@ -469,6 +496,8 @@ def _default_split_data_rule(c: KernelConfig) -> bool:
 def _default_rule(config: KernelConfig) -> bool:
     """The registry shipped and measured by default: a few hundred kernels per (direction, dtype)."""
     c = config
+    if c.pad_channels:
+        return _default_padded_rule(c)
     if c.family is Family.DWRUN:
         if c.index64 or c.dtype is DType.FP32 or (c.ndim == 3 and c.block_k != 3):
             return False  # 3D: the 3x3x3 filters video networks use
@@ -687,6 +716,9 @@ def _tiny_rule(config: KernelConfig) -> bool:
     c = config
     if c.dtype is not DType.BF16 or c.index64:
         return False
+    if c.pad_channels:  # 2D: one per direction (their v8 tiles are the compile check of the aligned igemm too)
+        return c.ndim == 2 and c.family is Family.IGEMM and (c.block_m, c.block_n, c.split_k) in (
+            (64, 32, 1), (64, 64, 1), (64, 32, 16))
     if c.family is Family.GWALK and c.direction is Direction.BACKWARD_WEIGHT:
         return (c.block_m, c.block_n, c.merge, c.group_m) == (16, 16, 2, 4) and c.split_k in (1, 16)
     if c.family is Family.GWALK:  # one 4-warp and one 8-warp tile

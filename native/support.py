@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tiledispatch.native.configs import Family, KernelConfig
-from tiledispatch.native.kernels import halo_tiling
+from tiledispatch.native.kernels import channel_pad_geometry, halo_tiling
 from tiledispatch.native.kernels.gwalk_geometry import MAX_LANES_PER_SPLIT, weight_walk_geometry
 from tiledispatch.native.kernels.tma_geometry import TmaGeometry
 from tiledispatch.native.problem import INT32_INDEX_LIMIT, ConvProblem, Direction
@@ -63,6 +63,8 @@ def is_supported(problem: ConvProblem, config: KernelConfig) -> Support:
         if largest_dim > INT32_INDEX_LIMIT:
             return Support(False, f"batch/input_size/channels: a single size of {largest_dim} exceeds 2^31-1, "
                                   "beyond the direct kernels' 32-bit row arithmetic")
+    if config.pad_channels:
+        return Support(False, refusal) if (refusal := _channel_padding_refusal(problem, config)) else _YES
     cg, kg = problem.c_per_group, problem.k_per_group
     if config.vec in (2, 4) and problem.in_channels % config.vec:  # dwrun: vec channels a thread, one load
         return Support(False, f"in_channels: {problem.in_channels} is not divisible by {config.vec}; a v{config.vec} "
@@ -303,6 +305,21 @@ def _tma_refusal(problem: ConvProblem, config: KernelConfig) -> str:
                 f"{list(problem.pad_begin)}/{list(problem.pad_end)}")
     if shape.rows * problem.groups * shape.reduction > INT32_INDEX_LIMIT:
         return "input/output: the padded activations exceed 2^31-1 elements (tma kernels index in 32 bits)"
+    return ""
+
+
+def _channel_padding_refusal(problem: ConvProblem, config: KernelConfig) -> str:
+    """Why a ``pad_channels`` kernel cannot run the problem ('' when it can): its channels are unaligned (else
+    the plain v8 tile runs it without the copies) and that v8 tile runs the padded problem."""
+    if channel_pad_geometry.aligned(problem):
+        return (f"in_channels/out_channels: C/G={problem.c_per_group} and K/G={problem.k_per_group} are multiples "
+                f"of {channel_pad_geometry.CHANNEL_MULTIPLE} already; the v8 kernel {config.unpadded.name} runs the "
+                "problem without padded copies")
+    padded = channel_pad_geometry.padded_problem(problem)
+    support = is_supported(padded, config.unpadded)
+    if not support:
+        return (f"{support.reason} (as the channel-padded problem C/G={padded.c_per_group}, "
+                f"K/G={padded.k_per_group})")
     return ""
 
 

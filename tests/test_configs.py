@@ -17,7 +17,7 @@ from tiledispatch.native.rules import rule_set_configs
 GRAMMAR = re.compile(
     r"gconv_(fwd|bwd_data|bwd_weight)_(bf16|fp16|fp32)_([23])d_(igemm|gmerge|gemm1x1|direct|tma|dwroll|gwalk|dwrow|dwrun|halo)"
     r"_([1-9][0-9]*)x([1-9][0-9]*)x([1-9][0-9]*)_w([1-9][0-9]*)_s([1-9][0-9]*)_gm([1-9][0-9]*)"
-    r"_sk([1-9][0-9]*)_mg([1-9][0-9]*)_v(1|2|4|8)_i(32|64)"
+    r"_sk([1-9][0-9]*)_mg([1-9][0-9]*)_v(1|2|4|8)(p?)_i(32|64)"
 )
 
 FULL_SAMPLE_SIZE = 20_000
@@ -27,13 +27,14 @@ def check_name(config: KernelConfig) -> None:
     name = config.name
     match = GRAMMAR.fullmatch(name)
     assert match, name
-    direction, dtype, ndim, family, bm, bn, bk, w, s, gm, sk, mg, v, bits = match.groups()
+    direction, dtype, ndim, family, bm, bn, bk, w, s, gm, sk, mg, v, padded, bits = match.groups()
     assert (direction, dtype, int(ndim), family) == (config.direction.value, config.dtype.value, config.ndim,
                                                       config.family.value)
     assert tuple(int(x) for x in (bm, bn, bk, w, s, gm, sk, mg, v)) == (
         config.block_m, config.block_n, config.block_k, config.num_warps, config.num_stages, config.group_m,
         config.split_k, config.merge, config.vec)
     assert bits == ("64" if config.index64 else "32")
+    assert (padded == "p") == config.pad_channels
     assert str(config) == name
     parsed = parse_kernel_name(name)
     assert parsed == config
@@ -87,11 +88,16 @@ def test_every_field_changes_the_name():
     base = KernelConfig(Direction.BACKWARD_WEIGHT, DType.BF16, 2, Family.GMERGE, 64, 32, 32, 4, 3, 8, 4, 2, 1,
                         False)
     variants = dict(direction=None, dtype=DType.FP16, ndim=3, family=None, block_m=128, block_n=64, block_k=64,
-                    num_warps=8, num_stages=4, group_m=1, split_k=8, merge=4, vec=8, index64=True)
+                    num_warps=8, num_stages=4, group_m=1, split_k=8, merge=4, vec=8, index64=True,
+                    pad_channels=True)
     assert set(variants) == {f.name for f in dataclasses.fields(KernelConfig)}
     names = {base.name}
     for field, value in variants.items():
-        if field == "direction":
+        if field == "pad_channels":  # (igemm / gemm1x1 v8 only): against its v8 twin
+            twin = dataclasses.replace(base, family=Family.IGEMM, merge=1, vec=8)
+            other = dataclasses.replace(twin, pad_channels=True)
+            assert other.name != twin.name
+        elif field == "direction":
             other = dataclasses.replace(base, direction=Direction.FORWARD, split_k=1)
         elif field == "family":
             other = dataclasses.replace(base, family=Family.IGEMM, merge=1)
@@ -126,6 +132,9 @@ BAD_NAMES = [
     GOOD.replace("128x64x32", "128x64"),
     GOOD.replace("_gm8_", "_gm-8_"),
     GOOD.replace("_v8_", "_v_"),
+    GOOD.replace("_v8_", "_v8pp_"),
+    GOOD.replace("_v8_", "_v8P_"),
+    GOOD.replace("_v8_i32", "_v8_i32p"),                # the padding mark belongs to the vec field
     GOOD.replace("_", "-"),
 ]
 
@@ -153,6 +162,9 @@ def test_noncanonical_error_suggests_canonical_name():
     (GOOD.replace("_s3_", "_s0_"), "num_stages"),
     (GOOD.replace("x32_", "x8_"), "block_k"),                     # tensor cores need k >= 16
     (GOOD.replace("igemm", "direct").replace("x32_", "x1_"), "num_stages"),  # direct has 1 stage
+    (GOOD.replace("_v8_", "_v1p_"), "pad_channels"),              # padding runs a v8 tile
+    (GOOD.replace("igemm", "gmerge").replace("_mg1_v8_", "_mg2_v8p_"), "pad_channels"),  # igemm / gemm1x1 only
+    (GOOD.replace("_v8_i32", "_v8p_i64"), "pad_channels"),        # 32-bit only
 ])
 def test_well_formed_name_of_invalid_config_raises(name, field):
     with pytest.raises(ConfigError, match=field):

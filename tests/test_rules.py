@@ -169,7 +169,7 @@ def test_rule_sets_are_sorted_deterministic_and_duplicate_free():
 
 def test_rule_set_sizes_are_sane():
     """tiny is CI's compile check (a handful); default is 'a few hundred per (direction, dtype)'."""
-    assert 0 < len(rule_set_configs("tiny")) <= 90  # one or two per family and direction
+    assert 0 < len(rule_set_configs("tiny")) <= 100  # one or two per family and direction (and kind of binary)
     assert all(c.dtype is DType.BF16 and not c.index64 for c in rule_set_configs("tiny"))
     for direction in Direction:
         count = len(rule_set_configs("default", directions=[direction], dtypes=[DType.BF16]))
@@ -287,7 +287,7 @@ def test_default_backward_weight_extra_splits_are_few_aligned_tensor_core_tiles(
     from tiledispatch.native.rules import WEIGHT_EXTRA_SPLIT_TILES, WEIGHT_EXTRA_SPLITS
 
     weight = [c for c in rule_set_configs("default") if c.direction is Direction.BACKWARD_WEIGHT
-              and c.family in (Family.IGEMM, Family.GMERGE, Family.GEMM1X1)]
+              and c.family in (Family.IGEMM, Family.GMERGE, Family.GEMM1X1) and not c.pad_channels]
     extra = [c for c in weight if c.split_k not in (1, 4, 16)]
     assert {c.split_k for c in extra} == set(WEIGHT_EXTRA_SPLITS)
     assert {(c.block_m, c.block_n, c.block_k) for c in extra} == set(WEIGHT_EXTRA_SPLIT_TILES)
@@ -295,6 +295,28 @@ def test_default_backward_weight_extra_splits_are_few_aligned_tensor_core_tiles(
                and c.dtype is not DType.FP32 for c in extra)
     assert {(c.family, c.ndim) for c in extra} == {(Family.IGEMM, 2), (Family.IGEMM, 3), (Family.GEMM1X1, 2)}
     assert len(extra) == len(WEIGHT_EXTRA_SPLIT_TILES) * len(WEIGHT_EXTRA_SPLITS) * 2 * 3  # 2 dtypes, 3 (family, ndim)
+
+
+def test_default_channel_padded_kernels_are_twins_of_default_v8_tiles():
+    """Every pad_channels kernel of default runs a v8 tile default holds, is one of rules.PADDED_TILES (16-bit,
+    igemm 2D and 3D, gemm1x1 2D), and every listed tile is there in both dtypes."""
+    from tiledispatch.native.rules import PADDED_TILES
+
+    default = set(rule_set_configs("default"))
+    padded = [c for c in default if c.pad_channels]
+    assert all(c.unpadded in default and c.vec == 8 and not c.index64 and c.dtype is not DType.FP32
+               for c in padded)
+    for direction, tiles in PADDED_TILES.items():
+        found = {(c.family, c.block_m, c.block_n, c.block_k, c.num_warps, c.num_stages, c.split_k): set()
+                 for c in padded if c.direction is direction}
+        for c in padded:
+            if c.direction is direction:
+                found[(c.family, c.block_m, c.block_n, c.block_k, c.num_warps, c.num_stages, c.split_k)].add(
+                    (c.dtype, c.ndim))
+        assert set(found) == set(tiles), direction
+        for (family, *_), kinds in found.items():
+            ndims = (2, 3) if family is Family.IGEMM else (2,)
+            assert kinds == {(dtype, n) for dtype in (DType.BF16, DType.FP16) for n in ndims}, (direction, family)
 
 
 def test_default_unpipelined_tensor_core_tiles_are_aligned_data_direction_kernels():

@@ -479,3 +479,46 @@ def test_gwalk_backward_weight_runs_grouped_3x3_stride_1_problems():
 def test_gwalk_backward_weight_refusals_name_the_field(overrides, config, field):
     support = is_supported(_resnext(direction=Direction.BACKWARD_WEIGHT, **overrides), _weight_walk(**config))
     assert_no(support, field.split("/")[0])
+
+
+# ---- channel padding: an igemm / gemm1x1 v8 tile on zero-padded copies ---------------------------------------------
+
+PADDED_KERNELS = [KernelConfig(d, DType.BF16, n, f, 64, 64, 32, 4, 3, 8, 1, 1, 8, False, True)
+                  for d in Direction for n in (2, 3) for f in (Family.IGEMM, Family.GEMM1X1)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(any_problems(huge_weight=0, dtypes=(DType.BF16,)))
+def test_channel_padded_kernels_run_unaligned_problems_their_v8_tile_runs_padded(p):
+    """A pad_channels kernel supports exactly the problems with C/G or K/G not a multiple of 8 whose padded form
+    its v8 tile supports; refusals name a field (aligned channels: in_channels/out_channels)."""
+    from tiledispatch.native.kernels.channel_pad_geometry import aligned, padded_problem
+
+    for config in PADDED_KERNELS:
+        if config.direction is not p.direction:
+            continue
+        support = is_supported(p, config)
+        if aligned(p):
+            assert not support and support.reason.startswith("in_channels/out_channels:"), support.reason
+            continue
+        runnable = p.kernel_problem(config.ndim)
+        expected = runnable is not None and is_supported(padded_problem(runnable), config.unpadded)
+        assert bool(support) == bool(expected), (config.name, p.key, support.reason)
+        if not support:
+            assert support.reason.split(":")[0].split("/")[0] in PROBLEM_NAMES | {"in_channels", "out_channels"}
+
+
+def test_channel_padding_reaches_the_unaligned_dense_layers():
+    """The layers that ran on v1 tiles at 0.12-0.40x cuDNN (H200, session 34) have a padded kernel in default,
+    aligned ones none (the plain v8 tile runs them without copies)."""
+    from tiledispatch.native.rules import rule_set_configs
+
+    padded = [c for c in rule_set_configs("default", dtypes=["bf16"], ndims=[2]) if c.pad_channels]
+    for direction in Direction:
+        odd = problem(direction=direction, batch=1, groups=1, in_channels=781, out_channels=488,
+                      input_size=(107, 107))
+        assert any(is_supported(odd, c) for c in padded if c.direction is direction)
+        aligned_problem = problem(direction=direction, groups=1, in_channels=784, out_channels=488)
+        refusals = [is_supported(aligned_problem, c) for c in padded if c.direction is direction]
+        assert refusals and not any(refusals)
+        assert all("multiples of 8 already" in r.reason for r in refusals)

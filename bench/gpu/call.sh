@@ -64,6 +64,9 @@
 #   profiles: Nsight Compute profiles of PROFILES ("kernel@problem-key ...", bench/gpu/profiles.sh's list by default;
 #             PROFILE_TIMEOUT s each, default 60) from the default registry, then every kernel GPU test (TESTS=0: not;
 #             TESTS_K: a pytest -k expression) in the time left.
+#   padded:   channel-padded tiles: kernel GPU tests on unaligned problems (TESTS=0: none; TESTS_K), then (SWEEP=0: not)
+#             the seed-7 synthetic problems with unaligned channels and groups >= 16 channels wide x 3 directions
+#             (--oracle-only) into $WORK/padded (resumes) and its report.
 #   dev:      the dev suite (../shared/bench/dev_suite.json), every default kernel and cuDNN (DEV_ARGS: e.g.
 #             --oracle-only), and its
 #             report.
@@ -130,7 +133,7 @@ complete_new() {
     --cache-dir "$3" --out "$WORK/complete_new_${kind}_$d" >> "$WORK/logs/complete_new_${kind}_$d.txt" 2>&1
   echo "complete new $kind $d rc $?"; grep -E "^bench: completing" "$WORK/logs/complete_new_${kind}_$d.txt" | tail -1; tail -1 "$WORK/logs/complete_new_${kind}_$d.txt"
 }
-case ${1:?synth, complete, torch, planar, multiplier, refresh, new, halo_data, probe, configs, l1, dwrow, dwrun, dwrun_data, dwrun_pair, flat, harness, held, halo, halo_weight, profiles, tests, variants or dev} in
+case ${1:?synth, complete, torch, planar, multiplier, padded, refresh, new, halo_data, probe, configs, l1, dwrow, dwrun, dwrun_data, dwrun_pair, flat, harness, held, halo, halo_weight, profiles, tests, variants or dev} in
   synth) synth ;;
   complete)
     M=models/data/measured
@@ -207,6 +210,24 @@ print(json.dumps([p.to_dict() for p in s(100, seed=7) if p.c_per_group == 1 and 
     sweep multiplier report_multiplier "$WORK/multiplier" \
       "Synthetic multiplier and 3D depthwise problems (seed 7): tiledispatch vs cuDNN (bf16)" \
       --problems "$WORK/multiplier_problems.json"
+    ;;
+  padded)
+    # Channel-padded tiles (pad_channels, native/kernels/channel_pad.py): the kernel GPU tests on unaligned problems
+    # (TESTS=0: none; TESTS_K: their -k), then (SWEEP=0: not) the seed-7 synthetic sample's problems with C/G or K/G
+    # not a multiple of 8 and a group 16 channels wide or more (dense and grouped: where the v1 tiles ran) x 3
+    # directions, every default kernel and cuDNN, --oracle-only, into $WORK/padded (resumes) and its report.
+    if [ "${TESTS:-1}" != 0 ]; then
+      TILEDISPATCH_TEST_REGISTRY="$WORK/test_registry" timeout "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider \
+        tests/kernels/test_gpu.py -k "${TESTS_K:-padded or odd_shapes}" > "$WORK/logs/gpu_tests_padded.txt" 2>&1
+      tail -3 "$WORK/logs/gpu_tests_padded.txt"
+    fi
+    [ "${SWEEP:-1}" = 0 ] && exit 0
+    python3 -c "import json; from tiledispatch.native.sampler import sample_problems as s; \
+print(json.dumps([p.to_dict() for p in s(100, seed=7) if (p.c_per_group % 8 or p.k_per_group % 8) \
+and max(p.c_per_group, p.k_per_group) >= 16]))" > "$WORK/padded_problems.json"
+    sweep padded report_padded "$WORK/padded" \
+      "Synthetic problems with unaligned channels (seed 7): tiledispatch vs cuDNN (bf16)" \
+      --problems "$WORK/padded_problems.json"
     ;;
   dev)
     timeout "$(left)" td bench --problems "$TILEDISPATCH_SHARED_DIR/bench/dev_suite.json" ${DEV_ARGS:-} --cache-dir "$REG" \

@@ -28,6 +28,9 @@ SHAPES_2D = {
                           filter_size=(7, 7), stride=(2, 2), dilation=(1, 1), pad_begin=(3, 2), pad_end=(3, 4)),
     "aligned_1x1": dict(batch=4, groups=2, in_channels=32, out_channels=16, input_size=(4, 5), filter_size=(1, 1),
                         stride=(1, 1), dilation=(1, 1), pad_begin=(0, 0), pad_end=(0, 0)),
+    # Channel padding (pad_channels): C/G 19 and K/G 8 (only the input runs and the weight are padded), 1x1.
+    "odd_1x1": dict(batch=3, groups=2, in_channels=38, out_channels=16, input_size=(4, 5), filter_size=(1, 1),
+                    stride=(1, 1), dilation=(1, 1), pad_begin=(0, 0), pad_end=(0, 0)),
     # 4 channels per group: only the merged runs are 8-aligned (gmerge v8); 6 groups leave a
     # partial last block when 4 are merged.
     "small_groups": dict(batch=6, groups=6, in_channels=24, out_channels=24, input_size=(5, 6), filter_size=(3, 3),
@@ -108,7 +111,7 @@ SHAPES_3D = {
 FAMILY_SHAPES = {
     Family.IGEMM: ("grouped_odd", "stride3", "depthwise"),
     Family.GMERGE: ("grouped_odd", "dw_multiplier", "depthwise", "small_groups"),
-    Family.GEMM1X1: ("aligned_1x1",),
+    Family.GEMM1X1: ("aligned_1x1", "odd_1x1"),
     Family.DIRECT: ("depthwise", "dw_multiplier", "grouped_odd", "stride3", "depthwise_odd", "depthwise_7x7"),
     Family.TMA: ("stride1_grouped", "stride1_valid"),
     Family.DWROLL: ("depthwise", "dwroll_strided", "dwroll_stride1", "dwroll"),
@@ -131,7 +134,7 @@ def problem(direction: Direction, dtype: DType, ndim: int, label: str) -> ConvPr
 def small_config(direction: Direction, dtype: DType, ndim: int, family: Family, *, num_warps: int = 4,
                  split_k: int = 1, merge: int = 2, vec: int = 1, index64: bool = False,
                  taps_w: int = 1, stages: int = 1, wide: bool = False, rows: int = 2,
-                 held: int = 1, multiplier: int = 1, scalar: bool = False) -> KernelConfig:
+                 held: int = 1, multiplier: int = 1, scalar: bool = False, pad: bool = False) -> KernelConfig:
     """Small tiles, so tiny problems still cover several tiles and the masked edges. ``taps_w``: the
     direct block_k (4/8: the depthwise tap-row programs) or the dwroll filter height; ``wide``: a dwroll
     tile of 16 elements per thread (2D 3x3: the walk with tap-major weights instead of held ones), a
@@ -165,7 +168,7 @@ def small_config(direction: Direction, dtype: DType, ndim: int, family: Family, 
         return KernelConfig(direction, dtype, ndim, family, 16, 8, taps_w, num_warps, 1, multiplier, split_k, 1, vec,
                             index64)
     return KernelConfig(direction, dtype, ndim, family, 32, 16, 16, num_warps, 2, 8, split_k,
-                        merge if family is Family.GMERGE else 1, vec, index64)
+                        merge if family is Family.GMERGE else 1, 8 if pad else vec, index64, pad)
 
 
 def cases(ndims=(2, 3)):
@@ -214,9 +217,10 @@ def cases(ndims=(2, 3)):
                         if direction is not Direction.BACKWARD_WEIGHT:  # rows through shared memory; 4 channels
                             variants += [dict(taps_w=height, stages=3, vec=2), dict(taps_w=height, stages=4, vec=4)]
                     if family in (Family.GEMM1X1, Family.TMA):
-                        variants = [dict(vec=8)]
+                        variants = [dict(pad=True) if label == "odd_1x1" else dict(vec=8)]
                     if family is Family.IGEMM and label == "grouped_odd":
-                        variants.append(dict(index64=True))
+                        # C/G 2, K/G 3 (3D: 3, 5): every operand padded
+                        variants += [dict(index64=True), dict(pad=True)]
                     if family is Family.GWALK:  # merged runs 8-aligned; 1, 2 and 4 rows; held and loaded weights
                         variants = {"depthwise": [dict(merge=8, rows=4)],
                                     "walk_grouped": [dict(merge=2, rows=1), dict(merge=4, rows=2),
@@ -397,7 +401,10 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
                 num_warps == 4 and family in SPLIT_DATA_FAMILIES) else (1,)
             for split_k in splits:
                 for vec in (1, 8):
-                    out.append(gpu_config(direction, dtype, ndim, family, num_warps, split_k=split_k, vec=vec))
+                    config = gpu_config(direction, dtype, ndim, family, num_warps, split_k=split_k, vec=vec)
+                    out.append(config)
+                    if vec == 8 and family in (Family.IGEMM, Family.GEMM1X1):  # the tile on channel-padded copies
+                        out.append(dataclasses.replace(config, pad_channels=True))
     # The depthwise tap-row programs (direct block_k 8: filters up to 8 wide), both split-K paths.
     tile = (32, 32) if direction is Direction.BACKWARD_WEIGHT else (64, 32)
     for split_k in ((1, 8) if direction is Direction.BACKWARD_WEIGHT else (1,)):

@@ -119,6 +119,32 @@ def test_random_odd_shapes(registry, direction, dtype, ndim, seed):
     assert not _check(problem, registry, configs), problem.key
 
 
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("ndim", (2, 3))
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.value)
+@pytest.mark.parametrize("direction", list(Direction), ids=lambda d: d.value)
+def test_random_unaligned_channels_on_padded_tiles(registry, direction, dtype, ndim, seed):
+    """C/G and K/G of 9-200 channels, at least one not a multiple of 8 (several channel blocks, partial ones),
+    1-3 groups, 1x1 and wider filters, strides, dilations, asymmetric pads: every kernel that supports it, and
+    at least one channel-padded kernel among them."""
+    rng = random.Random(f"padded-{direction}-{dtype}-{ndim}-{seed}-{random.random()}")
+    cg, kg = rng.randrange(9, 200, 2), rng.randint(9, 200)
+    groups = rng.choice([1, 1, 2, 3])
+    filt = tuple(rng.choice([1, 3]) for _ in range(ndim)) if rng.random() < 0.7 else (1,) * ndim
+    stride = tuple(rng.choice([1, 1, 2]) for _ in range(ndim)) if max(filt) > 1 else (1,) * ndim
+    dilation = tuple(rng.choice([1, 1, 2]) for _ in range(ndim))
+    size = tuple(rng.randint(6, 24) if ndim == 2 else rng.randint(3, 8) for _ in range(ndim))
+    size = tuple(max(s, d * (f - 1) + 1) for s, d, f in zip(size, dilation, filt))
+    pad_begin = tuple(rng.randint(0, f // 2) for f in filt)
+    pad_end = tuple(rng.randint(0, f // 2) for f in filt)
+    problem = ConvProblem(direction=direction, dtype=dtype, batch=rng.randint(1, 6), groups=groups,
+                          in_channels=groups * cg, out_channels=groups * kg, input_size=size, filter_size=filt,
+                          stride=stride, dilation=dilation, pad_begin=pad_begin, pad_end=pad_end)
+    configs = [c for c in registry.configs if c.direction is direction and c.dtype is dtype and c.ndim == ndim]
+    assert any(c.pad_channels and is_supported(problem, c) for c in configs), problem.key
+    assert not _check(problem, registry, configs), problem.key
+
+
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("ndim", (2, 3))
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.value)

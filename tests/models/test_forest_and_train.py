@@ -55,13 +55,13 @@ def test_training_is_bit_identical_and_writes_the_artifacts(tmp_path):
     rows = rows[(rows.direction == "bwd_data") & (rows.dtype == "bf16") & rows.kernel.str.startswith("gconv_")]
     assert manifest["kernels"] == sorted(set(manifest["kernels"])) and len(manifest["kernels"]) > 10
     assert set(manifest["kernels"]) <= set(rows.kernel)
-    # Default: the engine's newest schema (4), pinned in the recorded command.
+    # Default: the engine's newest schema (5), pinned in the recorded command.
     from tiledispatch.models.features import FEATURE_SETS, SCHEMA_VERSION
     from tiledispatch.models.predictor import load
 
     spec = json.loads((folders[0] / "feature_spec.json").read_text())
-    assert spec["schema_version"] == SCHEMA_VERSION == 4 and spec["feature_names"] == list(FEATURE_SETS[4])
-    assert manifest["command"].split("--feature-set ")[1].split()[0] == "4"
+    assert spec["schema_version"] == SCHEMA_VERSION == 5 and spec["feature_names"] == list(FEATURE_SETS[5])
+    assert manifest["command"].split("--feature-set ")[1].split()[0] == "5"
     assert load(folders[0]).seen_families == {"direct", "gemm1x1", "gmerge", "igemm"}
     assert load(folders[0]).seen_kernels == set(manifest["kernels"])
 

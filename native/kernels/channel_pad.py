@@ -1,0 +1,118 @@
+"""Unaligned channel runs on an aligned tensor-core tile (``pad_channels``: igemm and gemm1x1, every direction).
+
+Zero channels add nothing to any sum, so a problem P whose C/G or K/G is not a multiple of 8 is the problem P'
+with both rounded up (:func:`~tiledispatch.native.kernels.channel_pad_geometry.padded_problem`) on operands
+padded with zeros, and the result is P''s with the padding dropped:
+
+    forward:          Y  = unpad_K(conv(pad_C(X), pad_KC(W)))
+    backward-data:    dX = unpad_C(conv_bwd_data(pad_K(dY), pad_KC(W)))
+    backward-weight:  dW = unpad_KC(conv_bwd_weight(pad_C(X), pad_K(dY)))
+
+``pad_C`` / ``pad_K`` copy a tensor into the workspace with each group's channel run widened to the multiple of 8
+(zeros after it), ``pad_KC`` both channel axes of the weight (``G, K/G, taps, C/G``); ``unpad`` copies the kept
+part of a padded result into the caller's tensor. An operand or result whose runs are aligned already is used
+in place. The GEMM in the middle is the ``v8`` tile's own (``igemm_*.py``, ``gemm1x1`` included): GEMM M, N, K
+as there, over P'.
+
+Why: a ``v1`` tile gathers every operand element through its own address and cannot use 16-byte ``cp.async``,
+so nothing is pipelined. On the H200 (synthetic sweep of session 34) the dense n1 c781→488 107×107 3×3 layer
+ran at 0.12× cuDNN in every direction (forward 1,469 against 183 µs) and c605→24 7×7 at 0.25–0.40×, while the
+padded copies cost one read and one write of the activations (c781 107×107: 36 MB, about 9 µs). A copy runs
+:func:`_repack_kernel`: one program per ``REPACK_ROWS × REPACK_CHANNELS`` block of the destination.
+"""
+
+from __future__ import annotations
+
+import math
+
+import triton
+import triton.language as tl
+
+from tiledispatch.native.configs import Family, KernelConfig
+from tiledispatch.native.kernels.base import KernelTemplate, Launch, Program, cdiv, pointer_type
+from tiledispatch.native.kernels.channel_pad_geometry import Repack, padded_problem, region_bytes, repack
+from tiledispatch.native.problem import ConvProblem, Direction
+
+REPACK_ROWS = 32
+REPACK_CHANNELS = 32
+_REPACK_INTS = ("DST_ROWS", "ROWS", "MIDDLE_DST", "MIDDLE_SRC", "CHANNELS_DST", "CHANNELS_SRC")
+#: Which operand of each direction's runner contract is the weight (first, second, result).
+_WEIGHT_OPERAND = {Direction.FORWARD: 1, Direction.BACKWARD_DATA: 1, Direction.BACKWARD_WEIGHT: 2}
+
+
+@triton.jit
+def _repack_kernel(src_ptr, dst_ptr, DST_ROWS, ROWS, MIDDLE_DST, MIDDLE_SRC, CHANNELS_DST, CHANNELS_SRC,
+                   BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """``dst[o, m, r, c] = src[o, m, r, c]`` if ``m < MIDDLE_SRC`` and ``c < CHANNELS_SRC`` else 0, over the
+    destination rows ``q = (o·MIDDLE_DST + m)·ROWS + r < DST_ROWS`` and channels ``c < CHANNELS_DST``."""
+    q = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    r = q % ROWS
+    t = q // ROWS
+    m = t % MIDDLE_DST
+    o = t // MIDDLE_DST
+    src_row = (o.to(tl.int64) * MIDDLE_SRC + m) * ROWS + r  # 64-bit: a padded tensor may pass 2^31 bytes
+    inside = (q < DST_ROWS)[:, None] & (c < CHANNELS_DST)[None, :]
+    kept = inside & (m < MIDDLE_SRC)[:, None] & (c < CHANNELS_SRC)[None, :]
+    value = tl.load(src_ptr + src_row[:, None] * CHANNELS_SRC + c[None, :], mask=kept, other=0)
+    tl.store(dst_ptr + q.to(tl.int64)[:, None] * CHANNELS_DST + c[None, :], value, mask=inside)
+
+
+def _repack_launch(src, dst, shape: Repack) -> Launch:
+    grid = (cdiv(shape.dst_rows, REPACK_ROWS), cdiv(shape.channels_dst, REPACK_CHANNELS), 1)
+    return Launch("repack", grid, (src, dst, shape.dst_rows, shape.rows, shape.middle_dst, shape.middle_src,
+                                   shape.channels_dst, shape.channels_src))
+
+
+class ChannelPadded:
+    """Template of the ``pad_channels`` configs of one direction, around that direction's igemm template."""
+
+    families = frozenset({Family.IGEMM, Family.GEMM1X1})
+
+    def __init__(self, inner: KernelTemplate):
+        self.inner = inner
+        self.direction = inner.direction
+
+    def programs(self, config: KernelConfig) -> dict[str, Program]:
+        ptr = pointer_type(config.dtype)
+        repack_program = Program(_repack_kernel, {"BLOCK_R": REPACK_ROWS, "BLOCK_C": REPACK_CHANNELS},
+                                 {"src_ptr": ptr, "dst_ptr": ptr, **{name: "i32" for name in _REPACK_INTS}}, 4, 1)
+        return {**self.inner.programs(config.unpadded), "repack": repack_program}
+
+    def _regions(self, problem: ConvProblem) -> list[tuple[int, tuple[int, ...], tuple[int, ...]]]:
+        """(operand index, its shape, its padded shape) of every operand whose channel runs are padded."""
+        padded = padded_problem(problem)
+        return [(index, shape, padded_shape) for index, (shape, padded_shape)
+                in enumerate(zip(problem.operand_shapes, padded.operand_shapes)) if shape != padded_shape]
+
+    def _copies_elements(self, problem: ConvProblem) -> int:
+        return sum(region_bytes(math.prod(padded_shape), problem.dtype.itemsize)
+                   for _, _, padded_shape in self._regions(problem)) // 4
+
+    def workspace_elements(self, problem: ConvProblem, config: KernelConfig) -> int:
+        """fp32 elements: the padded copies (each region 128-byte aligned), then the v8 tile's own workspace."""
+        return (self._copies_elements(problem)
+                + self.inner.workspace_elements(padded_problem(problem), config.unpadded))
+
+    def plan(self, problem, config, first, second, out, workspace) -> list[Launch]:
+        from tiledispatch.native.launch import torch_dtype
+
+        dtype = torch_dtype(problem.dtype)
+        operands = [first, second, out]
+        weight = _WEIGHT_OPERAND[problem.direction]
+        before, after = [], []
+        start = 0  # fp32 elements into the workspace
+        for index, shape, padded_shape in self._regions(problem):
+            elements = math.prod(padded_shape)
+            size = region_bytes(elements, problem.dtype.itemsize) // 4
+            region = workspace[start:start + size].view(dtype)[:elements].view(padded_shape)
+            start += size
+            if index < 2:
+                before.append(_repack_launch(operands[index], region,
+                                             repack(shape, padded_shape, weight=index == weight)))
+            else:
+                after.append(_repack_launch(region, out, repack(padded_shape, shape, weight=index == weight)))
+            operands[index] = region
+        inner_workspace = workspace[start:] if workspace is not None and workspace.numel() > start else None
+        inner = self.inner.plan(padded_problem(problem), config.unpadded, *operands, inner_workspace)
+        return [*before, *inner, *after]
