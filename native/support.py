@@ -310,11 +310,18 @@ def _tma_refusal(problem: ConvProblem, config: KernelConfig) -> str:
 
 def _channel_padding_refusal(problem: ConvProblem, config: KernelConfig) -> str:
     """Why a ``pad_channels`` kernel cannot run the problem ('' when it can): its channels are unaligned (else
-    the plain v8 tile runs it without the copies) and that v8 tile runs the padded problem."""
+    the plain v8 tile runs it without the copies), padding at most doubles the work
+    (:data:`~tiledispatch.native.kernels.channel_pad_geometry.MAX_WORK_INFLATION`), and that v8 tile runs the padded
+    problem."""
     if channel_pad_geometry.aligned(problem):
         return (f"in_channels/out_channels: C/G={problem.c_per_group} and K/G={problem.k_per_group} are multiples "
                 f"of {channel_pad_geometry.CHANNEL_MULTIPLE} already; the v8 kernel {config.unpadded.name} runs the "
                 "problem without padded copies")
+    inflation = channel_pad_geometry.work_inflation(problem)
+    if inflation > channel_pad_geometry.MAX_WORK_INFLATION:
+        return (f"in_channels/out_channels: padding C/G={problem.c_per_group}, K/G={problem.k_per_group} to multiples "
+                f"of {channel_pad_geometry.CHANNEL_MULTIPLE} multiplies the work by {inflation:.2f} (more than "
+                f"{channel_pad_geometry.MAX_WORK_INFLATION:g}); the v1, direct and gmerge kernels run it")
     padded = channel_pad_geometry.padded_problem(problem)
     support = is_supported(padded, config.unpadded)
     if not support:

@@ -490,19 +490,28 @@ PADDED_KERNELS = [KernelConfig(d, DType.BF16, n, f, 64, 64, 32, 4, 3, 8, 1, 1, 8
 @settings(max_examples=200, deadline=None)
 @given(any_problems(huge_weight=0, dtypes=(DType.BF16,)))
 def test_channel_padded_kernels_run_unaligned_problems_their_v8_tile_runs_padded(p):
-    """A pad_channels kernel supports exactly the problems with C/G or K/G not a multiple of 8 whose padded form
-    its v8 tile supports; refusals name a field (aligned channels: in_channels/out_channels)."""
-    from tiledispatch.native.kernels.channel_pad_geometry import aligned, padded_problem
+    """A pad_channels kernel supports exactly the problems with C/G or K/G not a multiple of 8, at most doubled
+    in work by the padding, whose padded form its v8 tile supports; refusals name a field (aligned channels and
+    too much padding: in_channels/out_channels)."""
+    from tiledispatch.native.kernels.channel_pad_geometry import (
+        MAX_WORK_INFLATION,
+        aligned,
+        padded_problem,
+        work_inflation,
+    )
 
     for config in PADDED_KERNELS:
         if config.direction is not p.direction:
             continue
         support = is_supported(p, config)
-        if aligned(p):
+        runnable = p.kernel_problem(config.ndim)
+        if runnable is None:
+            assert not support and support.reason.startswith("ndim:"), support.reason
+            continue
+        if aligned(p) or work_inflation(p) > MAX_WORK_INFLATION:
             assert not support and support.reason.startswith("in_channels/out_channels:"), support.reason
             continue
-        runnable = p.kernel_problem(config.ndim)
-        expected = runnable is not None and is_supported(padded_problem(runnable), config.unpadded)
+        expected = is_supported(padded_problem(runnable), config.unpadded)
         assert bool(support) == bool(expected), (config.name, p.key, support.reason)
         if not support:
             assert support.reason.split(":")[0].split("/")[0] in PROBLEM_NAMES | {"in_channels", "out_channels"}
@@ -522,3 +531,6 @@ def test_channel_padding_reaches_the_unaligned_dense_layers():
         refusals = [is_supported(aligned_problem, c) for c in padded if c.direction is direction]
         assert refusals and not any(refusals)
         assert all("multiples of 8 already" in r.reason for r in refusals)
+        depthwise = problem(direction=direction, groups=96, in_channels=96, out_channels=96)  # 64x the work padded
+        refusals = [is_supported(depthwise, c) for c in padded if c.direction is direction]
+        assert refusals and all("multiplies the work by 64.00" in r.reason for r in refusals)

@@ -67,6 +67,8 @@
 #   padded:   channel-padded tiles: kernel GPU tests on unaligned problems (TESTS=0: none; TESTS_K), then (SWEEP=0: not)
 #             the seed-7 synthetic problems with unaligned channels and groups >= 16 channels wide x 3 directions
 #             (--oracle-only) into $WORK/padded (resumes) and its report.
+#   padded_rows: training rows of the channel-padded kernels (refresh_sets.json new_kernels) on the models' problems
+#             they run (models/data/problems/padded/; DIRS, KINDS, SHARD=I/N) into $WORK/padded_rows_KIND_DIR (resumes).
 #   dev:      the dev suite (../shared/bench/dev_suite.json), every default kernel and cuDNN (DEV_ARGS: e.g.
 #             --oracle-only), and its
 #             report.
@@ -133,7 +135,7 @@ complete_new() {
     --cache-dir "$3" --out "$WORK/complete_new_${kind}_$d" >> "$WORK/logs/complete_new_${kind}_$d.txt" 2>&1
   echo "complete new $kind $d rc $?"; grep -E "^bench: completing" "$WORK/logs/complete_new_${kind}_$d.txt" | tail -1; tail -1 "$WORK/logs/complete_new_${kind}_$d.txt"
 }
-case ${1:?synth, complete, torch, planar, multiplier, padded, refresh, new, halo_data, probe, configs, l1, dwrow, dwrun, dwrun_data, dwrun_pair, flat, harness, held, halo, halo_weight, profiles, tests, variants or dev} in
+case ${1:?synth, complete, torch, planar, multiplier, padded, padded_rows, refresh, new, halo_data, probe, configs, l1, dwrow, dwrun, dwrun_data, dwrun_pair, flat, harness, held, halo, halo_weight, profiles, tests, variants or dev} in
   synth) synth ;;
   complete)
     M=models/data/measured
@@ -228,6 +230,22 @@ and max(p.c_per_group, p.k_per_group) >= 16]))" > "$WORK/padded_problems.json"
     sweep padded report_padded "$WORK/padded" \
       "Synthetic problems with unaligned channels (seed 7): tiledispatch vs cuDNN (bf16)" \
       --problems "$WORK/padded_problems.json"
+    ;;
+  padded_rows)
+    # Training rows of the channel-padded kernels: for each direction of DIRS (default all three) and kind of KINDS,
+    # its new_kernels (refresh_sets.json: default's bf16 pad_channels kernels; a registry of only them) on the problems
+    # of the models' lists they run (models/data/problems/padded/, bench/gpu/padded_problems.py; SHARD=I/N: every N-th
+    # training problem), --training timing, no cuDNN, into $WORK/padded_rows_KIND_DIR (resumes on a warm machine).
+    python3 bench/gpu/build_new.py "$WORK/registry_new" ${DIRS:-fwd bwd_data bwd_weight} 2>&1 | tail -1 | cut -c1-200
+    for d in ${DIRS:-fwd bwd_data bwd_weight}; do
+      for kind in ${KINDS:-train validation}; do
+        shard=(); if [ "$kind" = train ] && [ -n "${SHARD:-}" ]; then shard=(--shard "$SHARD"); fi
+        timeout "$(left)" td bench --problems "models/data/problems/padded/${kind}_$d.json" --direction "$d" --training \
+          "${shard[@]}" --kernels "$(refresh_set "$d" new_kernels)" --no-cudnn --cache-dir "$WORK/registry_new" \
+          --out "$WORK/padded_rows_${kind}_$d" >> "$WORK/logs/padded_rows_${kind}_$d.txt" 2>&1
+        echo "padded rows $kind $d rc $?"; tail -1 "$WORK/logs/padded_rows_${kind}_$d.txt"
+      done
+    done
     ;;
   dev)
     timeout "$(left)" td bench --problems "$TILEDISPATCH_SHARED_DIR/bench/dev_suite.json" ${DEV_ARGS:-} --cache-dir "$REG" \

@@ -12,6 +12,10 @@ from tiledispatch.native.problem import ConvProblem
 
 #: Channels a padded run is a multiple of: 8 half-precision values are one 16-byte load.
 CHANNEL_MULTIPLE = 8
+#: Most a padding may multiply a group's channel products (C/G·K/G, so the GEMM work of every direction) by:
+#: beyond it the padded tile computes mostly zeros (C/G = K/G = 1 pads to 8·8 = 64×), and the v1, direct and
+#: gmerge kernels run the problem.
+MAX_WORK_INFLATION = 2.0
 #: Every workspace region of a channel-padded plan starts this many bytes in (a multiple of 16, which the
 #: kernels' pointer alignment promise needs; 128 keeps each region on its own cache lines).
 REGION_ALIGN_BYTES = 128
@@ -24,6 +28,12 @@ def round_up(value: int, multiple: int = CHANNEL_MULTIPLE) -> int:
 def aligned(problem: ConvProblem) -> bool:
     """Whether C/G and K/G are multiples of :data:`CHANNEL_MULTIPLE` already."""
     return problem.c_per_group % CHANNEL_MULTIPLE == 0 and problem.k_per_group % CHANNEL_MULTIPLE == 0
+
+
+def work_inflation(problem: ConvProblem) -> float:
+    """``⌈C/G⌉₈·⌈K/G⌉₈ / (C/G·K/G)``: how much more GEMM work the padded problem is."""
+    cg, kg = problem.c_per_group, problem.k_per_group
+    return round_up(cg) * round_up(kg) / (cg * kg)
 
 
 def padded_problem(problem: ConvProblem) -> ConvProblem:

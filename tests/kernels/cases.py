@@ -28,6 +28,10 @@ SHAPES_2D = {
                           filter_size=(7, 7), stride=(2, 2), dilation=(1, 1), pad_begin=(3, 2), pad_end=(3, 4)),
     "aligned_1x1": dict(batch=4, groups=2, in_channels=32, out_channels=16, input_size=(4, 5), filter_size=(1, 1),
                         stride=(1, 1), dilation=(1, 1), pad_begin=(0, 0), pad_end=(0, 0)),
+    # Channel padding (pad_channels): C/G 13 and K/G 10 padded to 16 (1.97x the work, under the 2x limit), strided,
+    # dilated, asymmetric pads.
+    "padded_grouped": dict(batch=6, groups=2, in_channels=26, out_channels=20, input_size=(5, 6), filter_size=(3, 2),
+                           stride=(2, 1), dilation=(1, 2), pad_begin=(1, 0), pad_end=(0, 2)),
     # Channel padding (pad_channels): C/G 19 and K/G 8 (only the input runs and the weight are padded), 1x1.
     "odd_1x1": dict(batch=3, groups=2, in_channels=38, out_channels=16, input_size=(4, 5), filter_size=(1, 1),
                     stride=(1, 1), dilation=(1, 1), pad_begin=(0, 0), pad_end=(0, 0)),
@@ -82,6 +86,9 @@ SHAPES_3D = {
                          pad_end=(1, 1, 0)),
     # Depthwise multiplier 6 (direct group_m 4: a full j chunk and a partial one) on 9 groups (2 blocks of the small
     # direct tile, the last partial), strided, dilated, asymmetric pads.
+    "padded_grouped": dict(batch=4, groups=1, in_channels=13, out_channels=10, input_size=(3, 4, 5),
+                           filter_size=(2, 3, 3), stride=(1, 2, 1), dilation=(2, 1, 1), pad_begin=(1, 1, 0),
+                           pad_end=(0, 1, 2)),
     "dw_multiplier": dict(batch=2, groups=9, in_channels=9, out_channels=54, input_size=(3, 7, 5),
                           filter_size=(2, 3, 3), stride=(1, 2, 1), dilation=(2, 1, 1), pad_begin=(1, 1, 0),
                           pad_end=(0, 1, 2)),
@@ -109,7 +116,7 @@ SHAPES_3D = {
 
 # Which shapes each family is exercised on (each must be supported by the family).
 FAMILY_SHAPES = {
-    Family.IGEMM: ("grouped_odd", "stride3", "depthwise"),
+    Family.IGEMM: ("grouped_odd", "stride3", "depthwise", "padded_grouped"),
     Family.GMERGE: ("grouped_odd", "dw_multiplier", "depthwise", "small_groups"),
     Family.GEMM1X1: ("aligned_1x1", "odd_1x1"),
     Family.DIRECT: ("depthwise", "dw_multiplier", "grouped_odd", "stride3", "depthwise_odd", "depthwise_7x7"),
@@ -219,8 +226,9 @@ def cases(ndims=(2, 3)):
                     if family in (Family.GEMM1X1, Family.TMA):
                         variants = [dict(pad=True) if label == "odd_1x1" else dict(vec=8)]
                     if family is Family.IGEMM and label == "grouped_odd":
-                        # C/G 2, K/G 3 (3D: 3, 5): every operand padded
-                        variants += [dict(index64=True), dict(pad=True)]
+                        variants.append(dict(index64=True))
+                    if label == "padded_grouped":  # every operand padded (C/G and K/G unaligned)
+                        variants = [dict(pad=True)]
                     if family is Family.GWALK:  # merged runs 8-aligned; 1, 2 and 4 rows; held and loaded weights
                         variants = {"depthwise": [dict(merge=8, rows=4)],
                                     "walk_grouped": [dict(merge=2, rows=1), dict(merge=4, rows=2),
