@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from tiledispatch.models import builds
+from tiledispatch.models import completion as completion_module
 from tiledispatch.native.configs import KernelConfig, parse_kernel_name
 from tiledispatch.native.problem import ConvProblem
 
@@ -59,8 +60,9 @@ def read_rows(data_dirs: Iterable[Path | str]) -> tuple[Any, list[dict]]:
     sessions' measurements of the same lists); a problem found in two of them is refused
     (``ValueError`` naming both): its kernels would mix two sittings' times and count twice. The one
     exception is a completion folder (``tiledispatch bench --complete``, its manifest lists what it
-    ``completes``): it holds kernels added to the rule set after a problem was measured, and may share
-    that problem with another folder as long as no kernel of it is in both. A refresh folder
+    ``completes``; or a sweep of only new kernels declared one, ``models.completion``, whose rows of problems no
+    plain folder read here measured are left out): it holds kernels added to the rule set after a problem was
+    measured, and may share that problem with another folder as long as no kernel of it is in both. A refresh folder
     (``--refresh``, manifest ``refreshes``) re-measured kernels whose code changed: its rows replace the
     rows of the same problem and kernel read before it (list it after the folders it refreshes).
     Every frame gets a ``kernel_build`` column (``models.builds.attach``)."""
@@ -77,7 +79,7 @@ def read_rows(data_dirs: Iterable[Path | str]) -> tuple[Any, list[dict]]:
         frame = builds.attach(pd.concat([pd.read_parquet(s) for s in shards], ignore_index=True), directory)
         manifest_file = directory / "manifest.json"
         manifest = json.loads(manifest_file.read_text()) if manifest_file.exists() else {}
-        completion = bool(manifest.get("completes"))
+        completion = bool(completion_module.completed_folders(directory, manifest))
         refreshing = bool(manifest.get("refreshes"))
         mine: dict[str, set[str]] = {}
         for key, kernel in zip(frame["problem_key"].tolist(), frame["kernel"].tolist()):
@@ -106,6 +108,11 @@ def read_rows(data_dirs: Iterable[Path | str]) -> tuple[Any, list[dict]]:
         frames.append(frame)
         manifest.update(path=str(directory), problems=len(mine), rows=len(frame))
         manifests.append(manifest)
+    for i, manifest in enumerate(manifests):  # a declared completion: its rows of problems measured elsewhere
+        if completion_module.declared(manifest["path"]):
+            keep = frames[i]["problem_key"].isin(owner.keys()).to_numpy()
+            frames[i] = frames[i][keep]
+            manifest.update(problems=int(frames[i]["problem_key"].nunique()), rows=int(keep.sum()))
     return pd.concat(frames, ignore_index=True), manifests
 
 

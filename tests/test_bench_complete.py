@@ -207,3 +207,39 @@ def test_bench_cli_refuses_a_bad_refresh_within(argv, message, capsys):
     with pytest.raises(SystemExit):
         cli.bench_main(["--synthetic", "1", "--out", "unused", *argv])
     assert message in capsys.readouterr().err
+
+
+def test_a_sweep_of_new_kernels_declared_a_completion_reads_beside_the_sweep_it_completes(tmp_path, fake_gpu):
+    """models.completion: a plain sweep of kernels the earlier folder lacks (--problems/--kernels), over a measured
+    and an unmeasured problem, declared a completion of it: read_rows takes its measured problem's rows and leaves
+    the other out; a declaration refuses a folder repeating a kernel, or with no measured problem."""
+    import json
+
+    from tiledispatch.models.completion import COMPLETES_FILE, completed_folders, declare
+    from tiledispatch.models.dataset import read_rows
+
+    kernels = _applicable(MEASURED)
+    earlier, later = tmp_path / "earlier", tmp_path / "later"
+    earlier.mkdir()
+    later.mkdir()
+    bench.write_shard(earlier, _rows(MEASURED, kernels[1:]))
+    bench.write_shard(later, _rows(MEASURED, kernels[:1]) + _rows(UNMEASURED, _applicable(UNMEASURED)[:2]))
+    with pytest.raises(ValueError, match="also in"):  # undeclared: a second plain folder of the same problem
+        read_rows([earlier, later])
+    record = declare(later, [earlier])
+    assert (record["problems"], record["rows"], record["unmeasured_problems"]) == (1, 1, 1)
+    assert json.loads((later / COMPLETES_FILE).read_text())["completes"] == completed_folders(later) == [str(earlier)]
+    frame, manifests = read_rows([earlier, later])
+    assert sorted(frame["kernel"]) == sorted(kernels) and set(frame["problem_key"]) == {MEASURED.key}
+    assert [m["problems"] for m in manifests] == [1, 1]
+    twice = tmp_path / "twice"
+    twice.mkdir()
+    bench.write_shard(twice, _rows(MEASURED, kernels[1:2]))
+    with pytest.raises(ValueError, match="measured there already"):
+        declare(twice, [earlier])
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    bench.write_shard(alone, _rows(UNMEASURED, _applicable(UNMEASURED)[:1]))
+    with pytest.raises(ValueError, match="none of its 1 problems"):
+        declare(alone, [earlier])
+    assert not (twice / COMPLETES_FILE).exists() and not (alone / COMPLETES_FILE).exists()

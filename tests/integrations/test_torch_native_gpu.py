@@ -122,9 +122,9 @@ def test_every_family_runs_like_the_python_path(registry, native, direction, dty
         first_pt, second_pt = _pytorch_face(first, weights[0]), _pytorch_face(second, weights[1])
         picked: dict = {}
         for config in configs:  # per family: one kernel per warp count and program kind (gwalk: TMA walks; dwrow:
-            # the scalar binary)
+            # the scalar binary; igemm / gemm1x1: channel-padded copies)
             variant = (config.num_warps, config.family is Family.GWALK and config.num_stages > 1,
-                       config.family is Family.DWROW and config.vec == 1)
+                       config.family is Family.DWROW and config.vec == 1, config.pad_channels)
             if len(picked.setdefault(config.family, {})) < 4 and variant not in picked[config.family] \
                     and is_supported(problem, config):
                 picked[config.family][variant] = config
