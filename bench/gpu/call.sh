@@ -108,6 +108,23 @@ synth() {
   sweep synth report_synthetic "$SYN" "Synthetic problems: tiledispatch vs cuDNN (bf16)" --synthetic 100 --seed 7
   cp -r "$SYN" "$WORK/synthetic"
 }
+# tests_then_sample NAME TESTS_K FILTER TITLE: the kernel GPU tests -k TESTS_K (the env's TESTS_K instead when set;
+# TESTS=0: none; their own registry), then (SWEEP=0: not) the seed-7 synthetic sample's problems p for which the Python
+# expression FILTER holds x 3 directions, every default kernel and cuDNN, --oracle-only, into $WORK/NAME (resumes on a
+# warm machine), and its report in $WORK/report_NAME.
+tests_then_sample() {
+  local name=$1 tests_k=$2 filter=$3 title=$4
+  if [ "${TESTS:-1}" != 0 ]; then
+    TILEDISPATCH_TEST_REGISTRY="$WORK/test_registry" timeout "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider \
+      tests/kernels/test_gpu.py -k "${TESTS_K:-$tests_k}" > "$WORK/logs/gpu_tests_$name.txt" 2>&1
+    tail -3 "$WORK/logs/gpu_tests_$name.txt"
+  fi
+  [ "${SWEEP:-1}" = 0 ] && return
+  python3 -c "import json, sys; from tiledispatch.native.sampler import sample_problems as s; \
+print(json.dumps([p.to_dict() for p in s(100, seed=7) if eval(sys.argv[1], {}, {'p': p})]))" "$filter" \
+    > "$WORK/${name}_problems.json"
+  sweep "$name" "report_$name" "$WORK/$name" "$title" --problems "$WORK/${name}_problems.json"
+}
 # bench/gpu/$1_probe.py into $WORK/$1_probe, then TESTS_K's kernel GPU tests (their own registry) when set.
 probe_then_tests() {
   timeout "$(left)" python3 "bench/gpu/$1_probe.py" --out "$WORK/$1_probe" > "$WORK/logs/$1_probe.txt" 2>&1
@@ -197,39 +214,17 @@ print(json.dumps([p.to_dict() for p in s(100, seed=7) if p.ndim == 3]))" > "$WOR
     ;;
   multiplier)
     # The direct kernels' depthwise-multiplier binary (C/G = 1, K/G > 1): the kernel GPU tests on multiplier and
-    # random odd problems (TESTS=0: not), then (SWEEP=0: not) the seed-7 synthetic sample's multiplier problems (2D
-    # and 3D) and its 3D depthwise ones x 3 directions, every default kernel and cuDNN, --oracle-only, into
-    # $WORK/multiplier (resumes on a warm machine), and its report.
-    if [ "${TESTS:-1}" != 0 ]; then
-      TILEDISPATCH_TEST_REGISTRY="$WORK/test_registry" timeout "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider \
-        tests/kernels/test_gpu.py -k "${TESTS_K:-multiplier or odd_shapes}" > "$WORK/logs/gpu_tests_multiplier.txt" 2>&1
-      tail -3 "$WORK/logs/gpu_tests_multiplier.txt"
-    fi
-    [ "${SWEEP:-1}" = 0 ] && exit 0
-    python3 -c "import json; from tiledispatch.native.sampler import sample_problems as s; \
-print(json.dumps([p.to_dict() for p in s(100, seed=7) if p.c_per_group == 1 and (p.k_per_group > 1 or p.ndim == 3)]))" \
-      > "$WORK/multiplier_problems.json"
-    sweep multiplier report_multiplier "$WORK/multiplier" \
-      "Synthetic multiplier and 3D depthwise problems (seed 7): tiledispatch vs cuDNN (bf16)" \
-      --problems "$WORK/multiplier_problems.json"
+    # random odd problems, then the seed-7 synthetic sample's multiplier problems (2D and 3D) and its 3D depthwise ones.
+    tests_then_sample multiplier "multiplier or odd_shapes" "p.c_per_group == 1 and (p.k_per_group > 1 or p.ndim == 3)" \
+      "Synthetic multiplier and 3D depthwise problems (seed 7): tiledispatch vs cuDNN (bf16)"
     ;;
   padded)
-    # Channel-padded tiles (pad_channels, native/kernels/channel_pad.py): the kernel GPU tests on unaligned problems
-    # (TESTS=0: none; TESTS_K: their -k), then (SWEEP=0: not) the seed-7 synthetic sample's problems with C/G or K/G
-    # not a multiple of 8 and a group 16 channels wide or more (dense and grouped: where the v1 tiles ran) x 3
-    # directions, every default kernel and cuDNN, --oracle-only, into $WORK/padded (resumes) and its report.
-    if [ "${TESTS:-1}" != 0 ]; then
-      TILEDISPATCH_TEST_REGISTRY="$WORK/test_registry" timeout "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider \
-        tests/kernels/test_gpu.py -k "${TESTS_K:-padded or odd_shapes}" > "$WORK/logs/gpu_tests_padded.txt" 2>&1
-      tail -3 "$WORK/logs/gpu_tests_padded.txt"
-    fi
-    [ "${SWEEP:-1}" = 0 ] && exit 0
-    python3 -c "import json; from tiledispatch.native.sampler import sample_problems as s; \
-print(json.dumps([p.to_dict() for p in s(100, seed=7) if (p.c_per_group % 8 or p.k_per_group % 8) \
-and max(p.c_per_group, p.k_per_group) >= 16]))" > "$WORK/padded_problems.json"
-    sweep padded report_padded "$WORK/padded" \
-      "Synthetic problems with unaligned channels (seed 7): tiledispatch vs cuDNN (bf16)" \
-      --problems "$WORK/padded_problems.json"
+    # Channel-padded tiles (pad_channels, native/kernels/channel_pad.py): the kernel GPU tests on unaligned problems,
+    # then the seed-7 synthetic sample's problems with C/G or K/G not a multiple of 8 and a group 16 channels wide or
+    # more (dense and grouped: where the v1 tiles ran).
+    tests_then_sample padded "padded or odd_shapes" \
+      "(p.c_per_group % 8 or p.k_per_group % 8) and max(p.c_per_group, p.k_per_group) >= 16" \
+      "Synthetic problems with unaligned channels (seed 7): tiledispatch vs cuDNN (bf16)"
     ;;
   padded_rows)
     # Training rows of the channel-padded kernels: for each direction of DIRS (default all three) and kind of KINDS,

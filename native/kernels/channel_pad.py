@@ -19,6 +19,16 @@ so nothing is pipelined. On the H200 (synthetic sweep of session 34) the dense n
 ran at 0.12× cuDNN in every direction (forward 1,469 against 183 µs) and c605→24 7×7 at 0.25–0.40×, while the
 padded copies cost one read and one write of the activations (c781 107×107: 36 MB, about 9 µs). A copy runs
 :func:`_repack_kernel`: one program per ``REPACK_ROWS × REPACK_CHANNELS`` block of the destination.
+
+``is_supported`` refuses a padding that more than doubles the work (``channel_pad_geometry.MAX_WORK_INFLATION``:
+depthwise C/G = K/G = 1 would be 64×), and aligned problems (the v8 tile runs them without copies).
+
+Measured (H200, ``bench/results/2026-11-29_h200_s36/``, every ``default`` kernel and cuDNN in one run, the 14 seed-7
+synthetic problems with unaligned groups ≥ 16 channels wide × 3 directions): a padded tile was the fastest kernel on
+23 of 42 problem-directions, 1.2–7.4× the best unpadded one (c781→488 107×107 3×3: forward 1,462 → 198 µs,
+backward-data 1,398 → 215, backward-weight 1,024 → 239; cuDNN 170 / 192 / 158); the 2D dense ones went from 0.38×
+to 1.02× cuDNN (geomean of 18). It loses where the copies outweigh the GEMM (small 1×1 problems, 2–2.4× slower than
+the v1 ``gemm1x1`` tiles) and to ``gmerge`` on merged groups that are 8-aligned already.
 """
 
 from __future__ import annotations
