@@ -323,6 +323,9 @@ def _channel_padding_refusal(problem: ConvProblem, config: KernelConfig) -> str:
                 f"of {channel_pad_geometry.CHANNEL_MULTIPLE} multiplies the work by {inflation:.2f} (more than "
                 f"{channel_pad_geometry.MAX_WORK_INFLATION:g}); the v1, direct and gmerge kernels run it")
     padded = channel_pad_geometry.padded_problem(problem)
+    if padded.out_channels > channel_pad_geometry.MAX_SLABS:  # the weight copy: a slab per padded output channel
+        return (f"out_channels: {padded.out_channels} padded output channels exceed the weight copy's grid "
+                f"({channel_pad_geometry.MAX_SLABS} slabs)")
     support = is_supported(padded, config.unpadded)
     if not support:
         return (f"{support.reason} (as the channel-padded problem C/G={padded.c_per_group}, "

@@ -18,7 +18,7 @@ Why: a ``v1`` tile gathers every operand element through its own address and can
 so nothing is pipelined. On the H200 (synthetic sweep of session 34) the dense n1 c781→488 107×107 3×3 layer
 ran at 0.12× cuDNN in every direction (forward 1,469 against 183 µs) and c605→24 7×7 at 0.25–0.40×, while the
 padded copies cost one read and one write of the activations (c781 107×107: 36 MB, about 9 µs). A copy runs
-:func:`_repack_kernel`: one program per ``REPACK_ROWS × REPACK_CHANNELS`` block of the destination.
+:func:`_repack_kernel`: one program per ``REPACK_ROWS × REPACK_CHANNELS`` block of one slab of the destination.
 
 ``is_supported`` refuses a padding that more than doubles the work (``channel_pad_geometry.MAX_WORK_INFLATION``:
 depthwise C/G = K/G = 1 would be 64×), and aligned problems (the v8 tile runs them without copies).
@@ -43,35 +43,39 @@ from tiledispatch.native.kernels.base import KernelTemplate, Launch, Program, cd
 from tiledispatch.native.kernels.channel_pad_geometry import Repack, padded_problem, region_bytes, repack
 from tiledispatch.native.problem import ConvProblem, Direction
 
-REPACK_ROWS = 32
-REPACK_CHANNELS = 32
-_REPACK_INTS = ("DST_ROWS", "ROWS", "MIDDLE_DST", "MIDDLE_SRC", "CHANNELS_DST", "CHANNELS_SRC")
+#: A copy program's block: ``REPACK_ROWS`` rows × ``REPACK_CHANNELS`` channels of one slab (each warp one row's
+#: 128-channel piece, four channels a thread).
+REPACK_ROWS = 8
+REPACK_CHANNELS = 128
+_REPACK_INTS = ("ROWS", "MIDDLE_DST", "MIDDLE_SRC", "CHANNELS_DST", "CHANNELS_SRC")
 #: Which operand of each direction's runner contract is the weight (first, second, result).
 _WEIGHT_OPERAND = {Direction.FORWARD: 1, Direction.BACKWARD_DATA: 1, Direction.BACKWARD_WEIGHT: 2}
 
 
 @triton.jit
-def _repack_kernel(src_ptr, dst_ptr, DST_ROWS, ROWS, MIDDLE_DST, MIDDLE_SRC, CHANNELS_DST, CHANNELS_SRC,
+def _repack_kernel(src_ptr, dst_ptr, ROWS, MIDDLE_DST, MIDDLE_SRC, CHANNELS_DST, CHANNELS_SRC,
                    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    """``dst[o, m, r, c] = src[o, m, r, c]`` if ``m < MIDDLE_SRC`` and ``c < CHANNELS_SRC`` else 0, over the
-    destination rows ``q = (o·MIDDLE_DST + m)·ROWS + r < DST_ROWS`` and channels ``c < CHANNELS_DST``."""
-    q = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    r = q % ROWS
-    t = q // ROWS
-    m = t % MIDDLE_DST
-    o = t // MIDDLE_DST
-    src_row = (o.to(tl.int64) * MIDDLE_SRC + m) * ROWS + r  # 64-bit: a padded tensor may pass 2^31 bytes
-    inside = (q < DST_ROWS)[:, None] & (c < CHANNELS_DST)[None, :]
-    kept = inside & (m < MIDDLE_SRC)[:, None] & (c < CHANNELS_SRC)[None, :]
-    value = tl.load(src_ptr + src_row[:, None] * CHANNELS_SRC + c[None, :], mask=kept, other=0)
-    tl.store(dst_ptr + q.to(tl.int64)[:, None] * CHANNELS_DST + c[None, :], value, mask=inside)
+    """``dst[o, m, r, c] = src[o, m, r, c]`` if ``m < MIDDLE_SRC`` and ``c < CHANNELS_SRC`` else 0, for ``r < ROWS``,
+    ``c < CHANNELS_DST``. Grid: (row blocks, slabs ``o·MIDDLE_DST + m``, channel blocks); the slab's (o, m) is one
+    scalar division a program, so an element costs its offset and masks alone (32-bit: every tensor of a
+    ``pad_channels`` kernel is under 2^31 elements, ``is_supported``)."""
+    slab = tl.program_id(1)
+    o = slab // MIDDLE_DST
+    m = slab % MIDDLE_DST
+    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    c = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)
+    inside = (r < ROWS)[:, None] & (c < CHANNELS_DST)[None, :]
+    kept = inside & (c < CHANNELS_SRC)[None, :] & (m < MIDDLE_SRC)
+    src_row = ((o * MIDDLE_SRC + m) * ROWS + r) * CHANNELS_SRC
+    dst_row = (slab * ROWS + r) * CHANNELS_DST
+    value = tl.load(src_ptr + src_row[:, None] + c[None, :], mask=kept, other=0)
+    tl.store(dst_ptr + dst_row[:, None] + c[None, :], value, mask=inside)
 
 
 def _repack_launch(src, dst, shape: Repack) -> Launch:
-    grid = (cdiv(shape.dst_rows, REPACK_ROWS), cdiv(shape.channels_dst, REPACK_CHANNELS), 1)
-    return Launch("repack", grid, (src, dst, shape.dst_rows, shape.rows, shape.middle_dst, shape.middle_src,
-                                   shape.channels_dst, shape.channels_src))
+    grid = (cdiv(shape.rows, REPACK_ROWS), shape.slabs, cdiv(shape.channels_dst, REPACK_CHANNELS))
+    return Launch("repack", grid, (src, dst, shape.rows, shape.middle_dst, shape.middle_src, shape.channels_dst,
+                                   shape.channels_src))
 
 
 class ChannelPadded:

@@ -16,6 +16,8 @@ CHANNEL_MULTIPLE = 8
 #: beyond it the padded tile computes mostly zeros (C/G = K/G = 1 pads to 8·8 = 64×), and the v1, direct and
 #: gmerge kernels run the problem.
 MAX_WORK_INFLATION = 2.0
+#: Most slabs a copy's grid holds (its second axis, CUDA's limit): a weight copy has one per output channel.
+MAX_SLABS = 65_535
 #: Every workspace region of a channel-padded plan starts this many bytes in (a multiple of 16, which the
 #: kernels' pointer alignment promise needs; 128 keeps each region on its own cache lines).
 REGION_ALIGN_BYTES = 128
@@ -46,8 +48,8 @@ def padded_problem(problem: ConvProblem) -> ConvProblem:
 class Repack:
     """One copy between a tensor and its padded form, both seen as ``[outer, middle, rows, channels]``:
     ``dst[o, m, r, c] = src[o, m, r, c]`` where ``m < middle_src`` and ``c < channels_src``, else 0, for
-    every ``m < middle_dst``, ``c < channels_dst``. Activations are ``[N·prod(spatial)·G, 1, 1, C/G]``;
-    weights ``[G, K/G, prod(filter), C/G]``."""
+    every ``m < middle_dst``, ``c < channels_dst``. Activations are one slab, ``[1, 1, N·prod(spatial)·G, C/G]``;
+    weights ``[G, K/G, prod(filter), C/G]`` (a slab per output channel: ``G·K/G`` of the larger form)."""
 
     outer: int
     rows: int
@@ -57,8 +59,8 @@ class Repack:
     channels_dst: int
 
     @property
-    def dst_rows(self) -> int:
-        return self.outer * self.middle_dst * self.rows
+    def slabs(self) -> int:
+        return self.outer * self.middle_dst
 
 
 def repack(src_shape: tuple[int, ...], dst_shape: tuple[int, ...], *, weight: bool) -> Repack:
@@ -67,7 +69,7 @@ def repack(src_shape: tuple[int, ...], dst_shape: tuple[int, ...], *, weight: bo
     if weight:  # G, K/G, *filter, C/G
         return Repack(outer=src_shape[0], rows=math.prod(src_shape[2:-1]), middle_src=src_shape[1],
                       middle_dst=dst_shape[1], channels_src=src_shape[-1], channels_dst=dst_shape[-1])
-    return Repack(outer=math.prod(src_shape[:-1]), rows=1, middle_src=1, middle_dst=1,
+    return Repack(outer=1, rows=math.prod(src_shape[:-1]), middle_src=1, middle_dst=1,
                   channels_src=src_shape[-1], channels_dst=dst_shape[-1])
 
 
