@@ -47,8 +47,8 @@ from tiledispatch.native.kernels.base import KernelTemplate, Launch, Program, cd
 from tiledispatch.native.kernels.channel_pad_geometry import Repack, padded_problem, region_bytes, repack
 from tiledispatch.native.problem import ConvProblem, Direction
 
-#: A copy program's block: ``REPACK_ROWS`` rows × ``REPACK_CHANNELS`` channels of one slab (each warp one row's
-#: 128-channel piece, four channels a thread).
+#: A copy program's block: ``REPACK_ROWS`` rows × ``REPACK_CHANNELS`` channels of one slab (Triton 3.6 lays it out
+#: as 32 channels a warp, the 4 warps side by side, each thread one channel of the 8 rows: one row offset a row).
 REPACK_ROWS = 8
 REPACK_CHANNELS = 128
 _REPACK_INTS = ("ROWS", "MIDDLE_DST", "MIDDLE_SRC", "CHANNELS_DST", "CHANNELS_SRC")
