@@ -73,13 +73,12 @@ def _toeplitz_fwd(x_ptr, t_ptr, y_ptr, H, W, G, OH, OW, tiles_h, tiles_w, num_ti
                  mask=o_ok[None, :, :])
 
 
-def toeplitz_pack(w, tile, stride, dilation, pitch=None):
-    """[G, NP, KP]: T[g, p, q] = W[g, t_h, t_w] where q = p*s + t*d per axis (input tile row-major, ``pitch``
-    (default IW_T) wide)."""
+def toeplitz_pack(w, tile, stride, dilation):
+    """[G, NP, KP]: T[g, p, q] = W[g, t_h, t_w] where q = p*s + t*d per axis (input tile row-major, IW_T wide)."""
     g, fh, fw = w.shape
     oh_t, ow_t = tile
     ih_t = (oh_t - 1) * stride[0] + (fh - 1) * dilation[0] + 1
-    iw_t = pitch or (ow_t - 1) * stride[1] + (fw - 1) * dilation[1] + 1
+    iw_t = (ow_t - 1) * stride[1] + (fw - 1) * dilation[1] + 1
     kp = max(16, triton.next_power_of_2(ih_t * iw_t))
     packed = torch.zeros((g, oh_t, ow_t, kp), device=w.device, dtype=w.dtype)
     for t_h in range(fh):
@@ -208,101 +207,6 @@ def toeplitz_forward_direct(x, w, pad, tile, gb, bm, kc, blocks_per_program, num
     _toeplitz_fwd_direct[grid](x, packed, y, h, wd, g, oh, ow, tiles_h, tiles_w, num_tiles, pad[0], pad[1],
                                blocks_per_program, OH_T=oh_t, OW_T=ow_t, IH_T=ih_t, IW_T=iw_t, KP=kp, KC=kc, GB=gb,
                                BM=bm, num_warps=num_warps)
-    return y
-
-
-@gluon.constexpr_function
-def _tile_rows_layout(bm, gb, num_warps):
-    warp_rows = [[16 << i, 0] for i in range(int(num_warps).bit_length() - 1)]
-    return gl.DistributedLinearLayout([[0, 1], [0, 2], [0, 4], [0, 8], [8, 0], [0, 64]],
-                                      [[0, 16], [0, 32], [1, 0], [2, 0], [4, 0]], warp_rows, [], [bm, 16 * gb])
-
-
-@gluon.jit
-def _toeplitz_fwd_staged(x_ptr, t_ptr, y_ptr, H, W, G, OH, OW, tiles_w, bands, pad_h, pad_w,
-                         FH: gl.constexpr, OH_T: gl.constexpr, ROWS_PER_PLANE: gl.constexpr, KP: gl.constexpr,
-                         GB: gl.constexpr, num_warps: gl.constexpr):
-    """Stride 1: a program stages its band of input rows (16 columns, GB channels) in shared memory, one plane per
-    row parity (OH_T planes), so that each K chunk (one input row of a tile, 16 columns) of the BM tiles stacked
-    down the band is a contiguous slice: the A operand comes from shared memory as 16-byte loads."""
-    BM: gl.constexpr = 16 * num_warps
-    NP: gl.constexpr = OH_T * 8
-    BAND: gl.constexpr = BM * OH_T
-    CHUNKS: gl.constexpr = OH_T + FH - 1
-    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, num_warps, 1],
-                                                  instr_shape=[1, 16, 8])
-    a_dot: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
-    b_dot: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
-    c_store: gl.constexpr = _channels_first(gl.to_linear_layout(mma, [GB, BM, NP]))
-    # [BM, 16 * GB] rows = tiles, columns = (input column, channel): registers g1 g2 g4 (one 16-byte vector), column
-    # +1, row +8, column +8; lanes column +2 +4, row +1 +2 +4; warps row +16 ...: after reshape and permute, the
-    # lanes and warps of the MMA's A operand.
-    a_rows: gl.constexpr = _tile_rows_layout(BM, GB, num_warps)
-
-    pack_layout: gl.constexpr = gl.BlockedLayout([1, 8, 1], [1, 4, 8], [1, 1, num_warps], [1, 2, 0])
-    pg = gl.arange(0, GB, layout=gl.SliceLayout(1, gl.SliceLayout(2, pack_layout)))
-    pq = gl.arange(0, KP, layout=gl.SliceLayout(0, gl.SliceLayout(2, pack_layout)))
-    pp = gl.arange(0, NP, layout=gl.SliceLayout(0, gl.SliceLayout(1, pack_layout)))
-    g0 = gl.program_id(1) * GB
-    toeplitz = gl.load(t_ptr + (g0 + pg)[:, None, None] * (NP * KP) + pp[None, None, :] * KP + pq[None, :, None])
-    t_smem_layout: gl.constexpr = gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 2, 0])
-    t_smem = gl.allocate_shared_memory(gl.bfloat16, [GB, KP, NP], t_smem_layout, toeplitz)
-
-    # Rows padded by 16 bytes: the 8 tiles a warp's lanes read at once fall in 8 different bank groups.
-    x_smem_layout: gl.constexpr = gl.PaddedSharedLayout.with_identity_for([[16 * GB, 8]],
-                                                                          [ROWS_PER_PLANE, 16 * GB], [1, 0])
-    planes = (gl.allocate_shared_memory(gl.bfloat16, [ROWS_PER_PLANE, 16 * GB], x_smem_layout),
-              gl.allocate_shared_memory(gl.bfloat16, [ROWS_PER_PLANE, 16 * GB], x_smem_layout))
-    stage_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [num_warps, 1], [1, 0])
-    s_row = gl.arange(0, ROWS_PER_PLANE, layout=gl.SliceLayout(1, stage_layout))
-    s_col = gl.arange(0, 16 * GB, layout=gl.SliceLayout(0, stage_layout))
-
-    c_g = gl.arange(0, GB, layout=gl.SliceLayout(1, gl.SliceLayout(2, c_store)))
-    c_m = gl.arange(0, BM, layout=gl.SliceLayout(1, gl.SliceLayout(0, c_store)))
-    c_p = gl.arange(0, NP, layout=gl.SliceLayout(0, gl.SliceLayout(0, c_store)))
-    image = gl.program_id(0) // bands
-    oh0 = gl.program_id(0) % bands * BAND
-    out_row = (oh0 + c_m * OH_T)[:, None] + (c_p // 8)[None, :]
-    row_ok = (c_m * OH_T < BAND)[:, None] & (out_row < OH)
-    for j in range(tiles_w):
-        iw = j * 8 - pad_w + s_col // GB
-        col_ok = (iw >= 0) & (iw < W)
-        gl.thread_barrier()  # the previous column's chunks are read
-        for plane in gl.static_range(OH_T):
-            ih = oh0 - pad_h + plane + s_row * OH_T
-            ok = ((plane + s_row * OH_T < BAND + FH - 1) & (ih >= 0) & (ih < H))[:, None] & col_ok[None, :]
-            offsets = ((image * H + ih)[:, None] * W + iw[None, :]) * G + (g0 + s_col % GB)[None, :]
-            planes[plane].store(gl.load(x_ptr + offsets, mask=ok, other=0.0))
-        gl.thread_barrier()
-        acc = gl.zeros([GB, BM, NP], gl.float32, layout=mma)
-        for chunk in gl.static_range(CHUNKS):
-            rows = planes[chunk % OH_T].slice(chunk // OH_T, BM, dim=0).load(a_rows)
-            a = gl.permute(gl.reshape(rows, [BM, 16, GB]), (2, 0, 1))
-            b = t_smem.slice(chunk * 16, 16, dim=1).load(b_dot)
-            acc = mma_v2(gl.convert_layout(a, a_dot), b, acc)
-        out = gl.convert_layout(acc.to(gl.bfloat16), c_store)
-        out_col = j * 8 + c_p % 8
-        o_ok = row_ok & (out_col < OW)[None, :]
-        out_pixel = (image * OH + out_row) * OW + out_col[None, :]
-        gl.store(y_ptr + out_pixel[None, :, :] * G + (g0 + c_g)[:, None, None], out, mask=o_ok[None, :, :])
-
-
-def toeplitz_forward_staged(x, w, pad, oh_t, num_warps, y=None, packed=None):
-    """Stride 1, dilation 1, F_W <= 9 (8 output columns a tile within a 16-column chunk)."""
-    n, h, wd, g = x.shape
-    fh, fw = w.shape[1], w.shape[2]
-    oh, ow = h + 2 * pad[0] - fh + 1, wd + 2 * pad[1] - fw + 1
-    band = 16 * num_warps * oh_t
-    rows_per_plane = triton.next_power_of_2(triton.cdiv(band + fh - 1, oh_t))
-    kp = triton.next_power_of_2((oh_t + fh - 1) * 16)
-    if y is None:
-        y = torch.empty((n, oh, ow, g), device=x.device, dtype=x.dtype)
-    if packed is None:
-        packed = toeplitz_pack(w, (oh_t, 8), (1, 1), (1, 1), pitch=16)
-    bands = triton.cdiv(oh, band)
-    grid = (n * bands, g // 8)
-    _toeplitz_fwd_staged[grid](x, packed, y, h, wd, g, oh, ow, triton.cdiv(ow, 8), bands, pad[0], pad[1], FH=fh,
-                               OH_T=oh_t, ROWS_PER_PLANE=rows_per_plane, KP=kp, GB=8, num_warps=num_warps)
     return y
 
 
