@@ -210,6 +210,140 @@ def toeplitz_forward_direct(x, w, pad, tile, gb, bm, kc, blocks_per_program, num
     return y
 
 
+@gluon.constexpr_function
+def _slot_rows_layout(bm, gb, num_warps):
+    """[BM, 16 * GB] (M row, input column x channel): registers channel +1 +2 +4 (one 16-byte vector), column +1,
+    row +8, column +8; lanes column +2 +4, row +1 +2 +4; warps row +16...: reshaped to [BM, 16, GB] and permuted
+    to [GB, BM, 16], the lanes and warps of the MMA's A operand (registers in another order)."""
+    warp_rows = [[16 << i, 0] for i in range(int(num_warps).bit_length() - 1)]
+    return gl.DistributedLinearLayout([[0, 1], [0, 2], [0, 4], [0, 8], [8, 0], [0, 64]],
+                                      [[0, 16], [0, 32], [1, 0], [2, 0], [4, 0]], warp_rows, [], [bm, 16 * gb])
+
+
+@gluon.jit
+def _stage_rows(x_ptr, base, m_ok, col_ok, first_rel, ih_first, H, W, G, LIMIT, OH_T: gl.constexpr):
+    """The OH_T input rows first_rel .. first_rel + OH_T - 1 (relative to the band's first input row) of every M row's
+    16-column window, zero outside the image and past the band's LIMIT rows."""
+    rows = ()
+    for t in gl.static_range(OH_T):
+        rel = first_rel + t
+        ih = ih_first + rel
+        ok = (m_ok & (ih >= 0) & (ih < H) & (rel < LIMIT))[:, None] & col_ok
+        rows = rows + (gl.load(x_ptr + base + ih * W * G, mask=ok, other=0.0),)
+    return rows
+
+
+@gluon.jit
+def _toeplitz_fwd_ring(x_ptr, t_ptr, y_ptr, H, W, G, OH, OW, tiles_w, pairs, row_tiles, steps, bands, pad_h, pad_w,
+                       FH: gl.constexpr, OH_T: gl.constexpr, KP: gl.constexpr, RING: gl.constexpr,
+                       GB: gl.constexpr, num_warps: gl.constexpr):
+    """Stride 1. M rows = (image, column tile) pairs; a program walks ``steps`` row tiles down a band, keeping the
+    last RING input rows of its M rows' 16-column windows (GB channels) in a shared-memory ring: each input row is
+    loaded once per band (one step ahead, in registers), each K chunk (one input row) is one ring slot."""
+    BM: gl.constexpr = 16 * num_warps
+    NP: gl.constexpr = OH_T * 8
+    CHUNKS: gl.constexpr = OH_T + FH - 1
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, num_warps, 1],
+                                                  instr_shape=[1, 16, 8])
+    a_dot: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+    b_dot: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
+    c_store: gl.constexpr = _channels_first(gl.to_linear_layout(mma, [GB, BM, NP]))
+    a_rows: gl.constexpr = _slot_rows_layout(BM, GB, num_warps)
+
+    pack_layout: gl.constexpr = gl.BlockedLayout([1, 8, 1], [1, 4, 8], [1, 1, num_warps], [1, 2, 0])
+    pg = gl.arange(0, GB, layout=gl.SliceLayout(1, gl.SliceLayout(2, pack_layout)))
+    pq = gl.arange(0, KP, layout=gl.SliceLayout(0, gl.SliceLayout(2, pack_layout)))
+    pp = gl.arange(0, NP, layout=gl.SliceLayout(0, gl.SliceLayout(1, pack_layout)))
+    g0 = gl.program_id(1) * GB
+    toeplitz = gl.load(t_ptr + (g0 + pg)[:, None, None] * (NP * KP) + pp[None, None, :] * KP + pq[None, :, None])
+    t_smem_layout: gl.constexpr = gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 2, 0])
+    t_smem = gl.allocate_shared_memory(gl.bfloat16, [GB, KP, NP], t_smem_layout, toeplitz)
+    # Each slot row's 16-byte column chunks XOR-swizzled by the row: the 8 M rows a warp's lanes read at once fall in
+    # 8 different bank groups.
+    ring_layout: gl.constexpr = gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0])
+    ring = gl.allocate_shared_memory(gl.bfloat16, [RING, BM, 16 * GB], ring_layout)
+
+    block = gl.program_id(0) // bands
+    band = gl.program_id(0) % bands
+    row_tile0 = band * steps
+    band_steps = gl.minimum(steps, row_tiles - row_tile0)
+    LIMIT = band_steps * OH_T + FH - 1           # input rows this band reads
+    ih_first = row_tile0 * OH_T - pad_h
+
+    stage_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [num_warps, 1], [1, 0])
+    s_m = gl.arange(0, BM, layout=gl.SliceLayout(1, stage_layout))
+    s_c = gl.arange(0, 16 * GB, layout=gl.SliceLayout(0, stage_layout))
+    pair = block * BM + s_m
+    m_ok = pair < pairs
+    iw = ((pair % tiles_w) * 8 - pad_w)[:, None] + (s_c // GB)[None, :]
+    col_ok = (iw >= 0) & (iw < W)
+    base = ((pair // tiles_w) * H * W)[:, None] * G + iw * G + (g0 + s_c % GB)[None, :]
+
+    for rel in gl.static_range(FH - 1):
+        ring.index(rel % RING).store(_stage_rows(x_ptr, base, m_ok, col_ok, rel, ih_first, H, W, G, LIMIT, 1)[0])
+    fresh = _stage_rows(x_ptr, base, m_ok, col_ok, FH - 1, ih_first, H, W, G, LIMIT, OH_T)
+
+    c_g = gl.arange(0, GB, layout=gl.SliceLayout(1, gl.SliceLayout(2, c_store)))
+    c_m = gl.arange(0, BM, layout=gl.SliceLayout(1, gl.SliceLayout(0, c_store)))
+    c_p = gl.arange(0, NP, layout=gl.SliceLayout(0, gl.SliceLayout(0, c_store)))
+    c_pair = block * BM + c_m
+    out_col = ((c_pair % tiles_w) * 8)[:, None] + (c_p % 8)[None, :]
+    out_base = ((c_pair // tiles_w) * OH)[:, None] * OW + out_col
+    out_ok = (c_pair < pairs)[:, None] & (out_col < OW)
+    for step in range(band_steps):
+        gl.thread_barrier()  # the previous step's chunks are read: their oldest slots may be overwritten
+        for t in gl.static_range(OH_T):
+            ring.index((step * OH_T + FH - 1 + t) % RING).store(fresh[t])
+        gl.thread_barrier()
+        fresh = _stage_rows(x_ptr, base, m_ok, col_ok, (step + 1) * OH_T + FH - 1, ih_first, H, W, G, LIMIT, OH_T)
+        acc = gl.zeros([GB, BM, NP], gl.float32, layout=mma)
+        for chunk in gl.static_range(CHUNKS):
+            rows = ring.index((step * OH_T + chunk) % RING).load(a_rows)
+            a = gl.permute(gl.reshape(rows, [BM, 16, GB]), (2, 0, 1))
+            b = t_smem.slice(chunk * 16, 16, dim=1).load(b_dot)
+            acc = mma_v2(gl.convert_layout(a, a_dot), b, acc)
+        out_row = (row_tile0 + step) * OH_T + c_p // 8
+        ok = out_ok & (out_row < OH)[None, :]
+        out = gl.convert_layout(acc.to(gl.bfloat16), c_store)
+        gl.store(y_ptr + ((out_base + out_row[None, :] * OW) * G)[None, :, :] + (g0 + c_g)[:, None, None], out,
+                 mask=ok[None, :, :])
+
+
+def toeplitz_forward_ring(x, w, pad, oh_t, steps, num_warps, y=None, packed=None):
+    """Stride 1, dilation 1, F_W <= 9 (8 output columns a tile within a 16-column window)."""
+    n, h, wd, g = x.shape
+    fh, fw = w.shape[1], w.shape[2]
+    oh, ow = h + 2 * pad[0] - fh + 1, wd + 2 * pad[1] - fw + 1
+    tiles_w = triton.cdiv(ow, 8)
+    pairs = n * tiles_w
+    row_tiles = triton.cdiv(oh, oh_t)
+    chunks = oh_t + fh - 1
+    if y is None:
+        y = torch.empty((n, oh, ow, g), device=x.device, dtype=x.dtype)
+    if packed is None:
+        packed = toeplitz_pack_rows(w, oh_t)
+    bands = triton.cdiv(row_tiles, steps)
+    grid = (triton.cdiv(pairs, 16 * num_warps) * bands, g // 8)
+    _toeplitz_fwd_ring[grid](x, packed, y, h, wd, g, oh, ow, tiles_w, pairs, row_tiles, steps, bands, pad[0], pad[1],
+                             FH=fh, OH_T=oh_t, KP=triton.next_power_of_2(chunks * 16),
+                             RING=triton.next_power_of_2(chunks), GB=8, num_warps=num_warps)
+    return y
+
+
+def toeplitz_pack_rows(w, oh_t):
+    """[G, NP, KP] for the ring kernel: K = (input row of the tile, column of its 16-column window), N = (output row
+    of the tile, one of 8 columns): T[g, p, q] = W[g, q_r - p_r, q_c - p_c] where both lie in the filter."""
+    g, fh, fw = w.shape
+    kp = triton.next_power_of_2((oh_t + fh - 1) * 16)
+    packed = torch.zeros((g, oh_t, 8, kp), device=w.device, dtype=w.dtype)
+    for t_h in range(fh):
+        for t_w in range(fw):
+            for p_r in range(oh_t):
+                for p_c in range(8):
+                    packed[:, p_r, p_c, (p_r + t_h) * 16 + p_c + t_w] = w[:, t_h, t_w]
+    return packed.reshape(g, oh_t * 8, kp).contiguous()
+
+
 PROBLEMS = [
     # name, n, c, h, w, f, stride, pad
     ("dw7x7_c96_56", 32, 96, 56, 56, 7, 1, 3),
@@ -239,7 +373,10 @@ def candidates(f, s):
                     functools.partial(toeplitz_forward, tile=tile, gb=8, bm=16, blocks_per_program=4, num_warps=4)))
     if s != 1:
         return out
-    for tile, nw, bpp in itertools.product(tiles, [4, 8], [2, 8]):
+    for oh_t, steps, nw in itertools.product([1, 2], [4, 8, 16], [1, 2, 4]):
+        out.append((f"ring_t{oh_t}x8_s{steps}_w{nw}", (oh_t, 8),
+                    functools.partial(toeplitz_forward_ring, oh_t=oh_t, steps=steps, num_warps=nw)))
+    for tile, nw, bpp in itertools.product(tiles[:1], [4], [2, 8]):
         out.append((f"gl_t{tile[0]}x{tile[1]}_g8_m{16 * nw}_k16_b{bpp}_w{nw}", tile,
                     functools.partial(toeplitz_forward_direct, tile=tile, gb=8, bm=16 * nw, kc=16,
                                       blocks_per_program=bpp, num_warps=nw)))
@@ -251,7 +388,7 @@ def profile(label: str, problem: str) -> None:
     x = torch.randn(n, h, wd, c, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(c, f, f, device="cuda", dtype=torch.bfloat16)
     _, tile, run = next(cand for cand in candidates(f, s) if cand[0] == label)
-    packed = toeplitz_pack(w, tile, (s, s), (1, 1))
+    packed = toeplitz_pack_rows(w, tile[0]) if label.startswith("ring_") else toeplitz_pack(w, tile, (s, s), (1, 1))
     for _ in range(3):
         if label.startswith("tl_"):
             run(x, w, (pad, pad), (s, s), (1, 1), packed=packed)
@@ -288,7 +425,8 @@ def main() -> None:
                 break
             try:
                 y = torch.full(ref.shape, float("nan"), device="cuda", dtype=torch.bfloat16)
-                packed = toeplitz_pack(w, tile, (s, s), (1, 1))
+                packed = (toeplitz_pack_rows(w, tile[0]) if label.startswith("ring_")
+                          else toeplitz_pack(w, tile, (s, s), (1, 1)))
                 if label.startswith("tl_"):
                     call = functools.partial(run, x, w, (pad, pad), (s, s), (1, 1), y=y, packed=packed)
                 else:
