@@ -211,13 +211,26 @@ def toeplitz_forward_direct(x, w, pad, tile, gb, bm, kc, blocks_per_program, num
 
 
 @gluon.constexpr_function
-def _slot_rows_layout(bm, gb, num_warps):
-    """[BM, 16 * GB] (M row, input column x channel): registers channel +1 +2 +4 (one 16-byte vector), column +1,
-    row +8, column +8; lanes column +2 +4, row +1 +2 +4; warps row +16...: reshaped to [BM, 16, GB] and permuted
-    to [GB, BM, 16], the lanes and warps of the MMA's A operand (registers in another order)."""
-    warp_rows = [[16 << i, 0] for i in range(int(num_warps).bit_length() - 1)]
-    return gl.DistributedLinearLayout([[0, 1], [0, 2], [0, 4], [0, 8], [8, 0], [0, 64]],
-                                      [[0, 16], [0, 32], [1, 0], [2, 0], [4, 0]], warp_rows, [], [bm, 16 * gb])
+def _slot_rows_layout(gb, num_warps):
+    """[16, 16 * GB] (M row, input column x channel): registers the low channel bits (GB / num_warps channels, one
+    vector), column +1, row +8, column +8; lanes column +2 +4, row +1 +2 +4; warps the high channel bits. Reshaped to
+    [16, 16, GB], permuted to [GB, 16, 16] and relabelled by _batch_order, the lanes and warps of the MMA's A operand
+    whose warps split the batch (registers in another order)."""
+    per_warp = int(gb) // int(num_warps)
+    regs = [[0, 1 << i] for i in range(per_warp.bit_length() - 1)]
+    warps = [[0, per_warp << i] for i in range(int(num_warps).bit_length() - 1)]
+    return gl.DistributedLinearLayout(regs + [[0, 8], [8, 0], [0, 64]], [[0, 16], [0, 32], [1, 0], [2, 0], [4, 0]],
+                                      warps, [], [16, 16 * gb])
+
+
+@gluon.jit
+def _batch_order(t, GB: gl.constexpr, NW: gl.constexpr):
+    """[GB, M, K] indexed by channel c -> by MMA batch b = (c % (GB / NW)) * NW + c // (GB / NW): the MMA layout
+    gives warp w the batches w, w + NW, ..., which are then the channels w * GB / NW ... (one vector a thread)."""
+    M: gl.constexpr = t.shape[1]
+    K: gl.constexpr = t.shape[2]
+    t = gl.reshape(t, [NW, GB // NW, M, K])
+    return gl.reshape(gl.permute(t, (1, 0, 2, 3)), [GB, M, K])
 
 
 @gluon.jit
@@ -237,25 +250,29 @@ def _stage_rows(x_ptr, base, m_ok, col_ok, first_rel, ih_first, H, W, G, LIMIT, 
 def _toeplitz_fwd_ring(x_ptr, t_ptr, y_ptr, H, W, G, OH, OW, tiles_w, pairs, row_tiles, steps, bands, pad_h, pad_w,
                        FH: gl.constexpr, OH_T: gl.constexpr, KP: gl.constexpr, RING: gl.constexpr,
                        GB: gl.constexpr, num_warps: gl.constexpr):
-    """Stride 1. M rows = (image, column tile) pairs; a program walks ``steps`` row tiles down a band, keeping the
+    """Stride 1. M rows = 16 (image, column tile) pairs; a program walks ``steps`` row tiles down a band, keeping the
     last RING input rows of its M rows' 16-column windows (GB channels) in a shared-memory ring: each input row is
-    loaded once per band (one step ahead, in registers), each K chunk (one input row) is one ring slot."""
-    BM: gl.constexpr = 16 * num_warps
+    loaded once per band (one step ahead, in registers), each K chunk (one input row) is one ring slot. The warps
+    split the channels (MMA batch), so they share the ring and the Toeplitz matrices (call 8 split M instead: a ring
+    per 16 rows, fewer warps an SM, slower)."""
+    BM: gl.constexpr = 16
+    PER_WARP: gl.constexpr = GB // num_warps
     NP: gl.constexpr = OH_T * 8
     CHUNKS: gl.constexpr = OH_T + FH - 1
-    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, num_warps, 1],
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[num_warps, 1, 1],
                                                   instr_shape=[1, 16, 8])
     a_dot: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
     b_dot: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
     c_store: gl.constexpr = _channels_first(gl.to_linear_layout(mma, [GB, BM, NP]))
-    a_rows: gl.constexpr = _slot_rows_layout(BM, GB, num_warps)
+    a_rows: gl.constexpr = _slot_rows_layout(GB, num_warps)
 
     pack_layout: gl.constexpr = gl.BlockedLayout([1, 8, 1], [1, 4, 8], [1, 1, num_warps], [1, 2, 0])
     pg = gl.arange(0, GB, layout=gl.SliceLayout(1, gl.SliceLayout(2, pack_layout)))
     pq = gl.arange(0, KP, layout=gl.SliceLayout(0, gl.SliceLayout(2, pack_layout)))
     pp = gl.arange(0, NP, layout=gl.SliceLayout(0, gl.SliceLayout(1, pack_layout)))
     g0 = gl.program_id(1) * GB
-    toeplitz = gl.load(t_ptr + (g0 + pg)[:, None, None] * (NP * KP) + pp[None, None, :] * KP + pq[None, :, None])
+    p_chan = (pg % num_warps) * PER_WARP + pg // num_warps   # the channel of batch pg (_batch_order)
+    toeplitz = gl.load(t_ptr + (g0 + p_chan)[:, None, None] * (NP * KP) + pp[None, None, :] * KP + pq[None, :, None])
     t_smem_layout: gl.constexpr = gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 2, 0])
     t_smem = gl.allocate_shared_memory(gl.bfloat16, [GB, KP, NP], t_smem_layout, toeplitz)
     # Each slot row's 16-byte column chunks XOR-swizzled by the row: the 8 M rows a warp's lanes read at once fall in
@@ -286,6 +303,7 @@ def _toeplitz_fwd_ring(x_ptr, t_ptr, y_ptr, H, W, G, OH, OW, tiles_w, pairs, row
     c_g = gl.arange(0, GB, layout=gl.SliceLayout(1, gl.SliceLayout(2, c_store)))
     c_m = gl.arange(0, BM, layout=gl.SliceLayout(1, gl.SliceLayout(0, c_store)))
     c_p = gl.arange(0, NP, layout=gl.SliceLayout(0, gl.SliceLayout(0, c_store)))
+    c_chan = (c_g % num_warps) * PER_WARP + c_g // num_warps
     c_pair = block * BM + c_m
     out_col = ((c_pair % tiles_w) * 8)[:, None] + (c_p % 8)[None, :]
     out_base = ((c_pair // tiles_w) * OH)[:, None] * OW + out_col
@@ -299,13 +317,13 @@ def _toeplitz_fwd_ring(x_ptr, t_ptr, y_ptr, H, W, G, OH, OW, tiles_w, pairs, row
         acc = gl.zeros([GB, BM, NP], gl.float32, layout=mma)
         for chunk in gl.static_range(CHUNKS):
             rows = ring.index((step * OH_T + chunk) % RING).load(a_rows)
-            a = gl.permute(gl.reshape(rows, [BM, 16, GB]), (2, 0, 1))
+            a = _batch_order(gl.permute(gl.reshape(rows, [BM, 16, GB]), (2, 0, 1)), GB, num_warps)
             b = t_smem.slice(chunk * 16, 16, dim=1).load(b_dot)
             acc = mma_v2(gl.convert_layout(a, a_dot), b, acc)
         out_row = (row_tile0 + step) * OH_T + c_p // 8
         ok = out_ok & (out_row < OH)[None, :]
         out = gl.convert_layout(acc.to(gl.bfloat16), c_store)
-        gl.store(y_ptr + ((out_base + out_row[None, :] * OW) * G)[None, :, :] + (g0 + c_g)[:, None, None], out,
+        gl.store(y_ptr + ((out_base + out_row[None, :] * OW) * G)[None, :, :] + (g0 + c_chan)[:, None, None], out,
                  mask=ok[None, :, :])
 
 
@@ -323,7 +341,7 @@ def toeplitz_forward_ring(x, w, pad, oh_t, steps, num_warps, y=None, packed=None
     if packed is None:
         packed = toeplitz_pack_rows(w, oh_t)
     bands = triton.cdiv(row_tiles, steps)
-    grid = (triton.cdiv(pairs, 16 * num_warps) * bands, g // 8)
+    grid = (triton.cdiv(pairs, 16) * bands, g // 8)
     _toeplitz_fwd_ring[grid](x, packed, y, h, wd, g, oh, ow, tiles_w, pairs, row_tiles, steps, bands, pad[0], pad[1],
                              FH=fh, OH_T=oh_t, KP=triton.next_power_of_2(chunks * 16),
                              RING=triton.next_power_of_2(chunks), GB=8, num_warps=num_warps)
@@ -364,23 +382,21 @@ def bench_us(fn):
     return triton.testing.do_bench(fn, warmup=10, rep=60, return_mode="median") * 1e3
 
 
-def candidates(f, s):
-    """(label, run(x, w, pad, stride, y, packed), tile) for the probe's configs."""
+def candidates(f, s, families=("tl", "gl", "ring")):
+    """(label, tile, run) for the probe's configs of ``families`` (label prefixes)."""
     out = []
     tiles = [t for t in [(2, 8), (4, 4), (4, 8), (2, 16)] if ((t[0] - 1) * s + f) * ((t[1] - 1) * s + f) <= 128]
     for tile in tiles[:2]:
         out.append((f"tl_t{tile[0]}x{tile[1]}_g8_m16_b4_w4", tile,
                     functools.partial(toeplitz_forward, tile=tile, gb=8, bm=16, blocks_per_program=4, num_warps=4)))
-    if s != 1:
-        return out
-    for oh_t, steps, nw in itertools.product([1, 2], [4, 8, 16], [1, 2, 4]):
+    for oh_t, steps, nw in itertools.product([1, 2], [8, 16], [1, 2, 4]) if s == 1 else ():
         out.append((f"ring_t{oh_t}x8_s{steps}_w{nw}", (oh_t, 8),
                     functools.partial(toeplitz_forward_ring, oh_t=oh_t, steps=steps, num_warps=nw)))
-    for tile, nw, bpp in itertools.product(tiles[:1], [4], [2, 8]):
+    for tile, nw, bpp in itertools.product(tiles[:1], [4], [2, 8]) if s == 1 else ():
         out.append((f"gl_t{tile[0]}x{tile[1]}_g8_m{16 * nw}_k16_b{bpp}_w{nw}", tile,
                     functools.partial(toeplitz_forward_direct, tile=tile, gb=8, bm=16 * nw, kc=16,
                                       blocks_per_program=bpp, num_warps=nw)))
-    return out
+    return [c for c in out if c[0].split("_")[0] in families]
 
 
 def profile(label: str, problem: str) -> None:
@@ -403,6 +419,7 @@ def main() -> None:
     ap.add_argument("--deadline", type=float, default=float("inf"))
     ap.add_argument("--profile", help="run only this config (a label) on --problem, three launches, for ncu")
     ap.add_argument("--problem")
+    ap.add_argument("--families", default="tl,gl,ring", help="label prefixes to time (comma-separated)")
     args = ap.parse_args()
     if args.profile:
         profile(args.profile, args.problem)
@@ -420,7 +437,7 @@ def main() -> None:
         bound = (x.numel() + ref.numel()) * 2 / 4.8e12 * 1e6
         rows.append(dict(problem=name, kernel="cudnn", us=cudnn, err=0.0, bound_us=bound))
         best = None
-        for label, tile, run in candidates(f, s):
+        for label, tile, run in candidates(f, s, args.families.split(",")):
             if time.time() > args.deadline:
                 break
             try:
