@@ -12,6 +12,25 @@ tensor-core GEMM per channel block (batch = GB channels, M = BM tiles, K = the i
 of 2, N = OH_T*OW_T) computes GB*BM output tiles. T is built once per program from the 49 (7x7) weights a channel.
 Useful MACs are F_H*F_W / K of those issued (7x7, tile 2x8: 49/128).
 
+Three ways of feeding the MMA, all exact (bf16 rounding, 0.002-0.004 of the output's range), none faster than the
+registry's CUDA-core dwrun on the dev suite's 7x7 layer (H200, bench/results/2026-11-29_h200_s37/):
+
+* ``tl``: Triton ``tl.dot`` on [GB, BM, K] tiles. The channel-contiguous loads are transposed through shared memory
+  2 bytes at a time (128 STS.U16 + 226 PRMT a block); 7x7 c96 56x56: 101.8 us (cuDNN 76.0).
+* ``gl`` (Gluon): the A operand loaded straight into the MMA's registers (a channels-first linear layout: each
+  thread's 8 channels of one (tile, pixel) are one 16-byte load; no shared memory). 5x fewer instructions an output
+  than dwrun, but each warp-wide load touches 32 pixels (32 sectors, half used) and every input element is loaded
+  K/N = 8 times: L1-bound (L1/TEX 66 %, issue 9 %, 0.6 waves; Nsight Compute, call 5): 82.6 us.
+* ``ring`` (Gluon): M rows are (image, column tile) pairs; a program walks a band of row tiles keeping the last input
+  rows of its M rows' 16-column windows in a swizzled shared-memory ring (one slot a K chunk, ``.index`` being the
+  only dynamic view Gluon allows: subslices must be aligned to their size), the next rows prefetched in registers.
+  68.2 us: latency-bound at 2.6 warps an SM (64 KB of shared memory a warp: the ring and the Toeplitz matrices,
+  which are re-read with ldmatrix every step), issue 7.8 %, 0.16 eligible warps a scheduler (call 9). Splitting
+  the channels over 4 warps to share them made it 3x slower (call 10).
+
+What would make it pay: a cp.async (or TMA) pipeline several rows deep instead of one row prefetched in registers,
+and the Toeplitz matrices no larger than they need be (one 16x8 band a filter row instead of the 2D tile's K x N).
+
 Run on the GPU machine: python bench/gpu/toeplitz_probe.py --out DIR. Writes probe.csv (every config and cuDNN, one
 run) and prints the best config a problem.
 """
