@@ -69,6 +69,9 @@
 #             (--oracle-only) into $WORK/padded (resumes) and its report.
 #   padded_rows: training rows of the channel-padded kernels (refresh_sets.json new_kernels) on the models' problems
 #             they run (models/data/problems/padded/; DIRS, KINDS, SHARD=I/N) into $WORK/padded_rows_KIND_DIR (resumes).
+#   fp16_rows: the first LIMIT (default 100) problems of the models' lists (KINDS, default validation; DIRS; SHARD=I/N)
+#             timed in fp16 on the current binaries, every default kernel, into $WORK/fp16_KIND_DIR (resumes): fp16
+#             ground truth for the fp16 models.
 #   dev:      the dev suite (../shared/bench/dev_suite.json), every default kernel and cuDNN (DEV_ARGS: e.g.
 #             --oracle-only), and its
 #             report.
@@ -239,6 +242,25 @@ print(json.dumps([p.to_dict() for p in s(100, seed=7) if p.ndim == 3]))" > "$WOR
           "${shard[@]}" --kernels "$(refresh_set "$d" new_kernels)" --no-cudnn --cache-dir "$WORK/registry_new" \
           --out "$WORK/padded_rows_${kind}_$d" >> "$WORK/logs/padded_rows_${kind}_$d.txt" 2>&1
         echo "padded rows $kind $d rc $?"; tail -1 "$WORK/logs/padded_rows_${kind}_$d.txt"
+      done
+    done
+    ;;
+  fp16_rows)
+    # fp16 rows of the current binaries (none since session 6): for each direction of DIRS (default all three) and kind
+    # of KINDS (default validation), the first LIMIT (default 100: the problems the bf16 validation folders measured)
+    # of the bf16 models' list models/data/problems/KIND_DIR.json timed in fp16, every default kernel, --training
+    # timing, no cuDNN (SHARD=I/N: every N-th of them), into $WORK/fp16_KIND_DIR (resumes on a warm machine): the
+    # check of the fp16 models trained on bf16 rows (models/reports/2026-11-29_h200_s37), and their own rows.
+    for d in ${DIRS:-fwd bwd_data bwd_weight}; do
+      for kind in ${KINDS:-validation}; do
+        shard=(); if [ -n "${SHARD:-}" ]; then shard=(--shard "$SHARD"); fi
+        python3 -c "import json, sys; from tiledispatch.native.bench import load_problems as l; \
+print(json.dumps([p.to_dict() for p in l(sys.argv[1], [sys.argv[2]], 'fp16')[:int(sys.argv[3])]]))" \
+          "models/data/problems/${kind}_$d.json" "$d" "${LIMIT:-100}" > "$WORK/fp16_problems_${kind}_$d.json"
+        timeout "$(left)" td bench --problems "$WORK/fp16_problems_${kind}_$d.json" --direction "$d" --dtype fp16 \
+          --training "${shard[@]}" --no-cudnn --cache-dir "$REG" --out "$WORK/fp16_${kind}_$d" \
+          >> "$WORK/logs/fp16_${kind}_$d.txt" 2>&1
+        echo "fp16 rows $kind $d rc $?"; tail -1 "$WORK/logs/fp16_${kind}_$d.txt"
       done
     done
     ;;
