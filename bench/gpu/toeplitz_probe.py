@@ -109,26 +109,32 @@ def toeplitz_pack(w, tile, stride, dilation):
     return packed.reshape(g, oh_t * ow_t, kp).contiguous()
 
 
-def toeplitz_forward(x, w, pad, stride, dilation, tile, gb, bm, blocks_per_program, num_warps, y=None,
-                     packed=None):
-    """x: NHWC (C = G), w: [G, FH, FW]; depthwise forward."""
+def _tiling(x, w, pad, stride, dilation, tile):
+    """(n, h, w, g, oh, ow, ih_t, iw_t, kp, tiles_h, tiles_w, num_tiles) of a depthwise forward in OH_T x OW_T tiles."""
     n, h, wd, g = x.shape
     fh, fw = w.shape[1], w.shape[2]
     oh = (h + 2 * pad[0] - dilation[0] * (fh - 1) - 1) // stride[0] + 1
     ow = (wd + 2 * pad[1] - dilation[1] * (fw - 1) - 1) // stride[1] + 1
+    ih_t = (tile[0] - 1) * stride[0] + (fh - 1) * dilation[0] + 1
+    iw_t = (tile[1] - 1) * stride[1] + (fw - 1) * dilation[1] + 1
+    tiles_h, tiles_w = triton.cdiv(oh, tile[0]), triton.cdiv(ow, tile[1])
+    return (n, h, wd, g, oh, ow, ih_t, iw_t, max(16, triton.next_power_of_2(ih_t * iw_t)), tiles_h, tiles_w,
+            n * tiles_h * tiles_w)
+
+
+def toeplitz_forward(x, w, pad, stride, dilation, tile, gb, bm, blocks_per_program, num_warps, y=None,
+                     packed=None):
+    """x: NHWC (C = G), w: [G, FH, FW]; depthwise forward."""
+    n, h, wd, g, oh, ow, ih_t, iw_t, kp, tiles_h, tiles_w, num_tiles = _tiling(x, w, pad, stride, dilation, tile)
     oh_t, ow_t = tile
-    ih_t = (oh_t - 1) * stride[0] + (fh - 1) * dilation[0] + 1
-    iw_t = (ow_t - 1) * stride[1] + (fw - 1) * dilation[1] + 1
-    kp = max(16, triton.next_power_of_2(ih_t * iw_t))
-    tiles_h, tiles_w = triton.cdiv(oh, oh_t), triton.cdiv(ow, ow_t)
-    num_tiles = n * tiles_h * tiles_w
     if y is None:
         y = torch.empty((n, oh, ow, g), device=x.device, dtype=x.dtype)
     if packed is None:
         packed = toeplitz_pack(w, tile, stride, dilation)
     grid = (triton.cdiv(num_tiles, bm * blocks_per_program), g // gb)
     _toeplitz_fwd[grid](x, packed, y, h, wd, g, oh, ow, tiles_h, tiles_w, num_tiles, pad[0], pad[1], blocks_per_program,
-                        FH=fh, FW=fw, SH=stride[0], SW=stride[1], DH=dilation[0], DW=dilation[1], OH_T=oh_t, OW_T=ow_t,
+                        FH=w.shape[1], FW=w.shape[2], SH=stride[0], SW=stride[1], DH=dilation[0], DW=dilation[1],
+                        OH_T=oh_t, OW_T=ow_t,
                         IH_T=ih_t, IW_T=iw_t, KP=kp, GB=gb, BM=bm, num_warps=num_warps)
     return y
 
@@ -210,14 +216,8 @@ def _toeplitz_fwd_direct(x_ptr, t_ptr, y_ptr, H, W, G, OH, OW, tiles_h, tiles_w,
 
 def toeplitz_forward_direct(x, w, pad, tile, gb, bm, kc, blocks_per_program, num_warps, y=None, packed=None):
     """Stride 1, dilation 1 (the probe's direct variant)."""
-    n, h, wd, g = x.shape
-    fh, fw = w.shape[1], w.shape[2]
-    oh, ow = h + 2 * pad[0] - fh + 1, wd + 2 * pad[1] - fw + 1
+    n, h, wd, g, oh, ow, ih_t, iw_t, kp, tiles_h, tiles_w, num_tiles = _tiling(x, w, pad, (1, 1), (1, 1), tile)
     oh_t, ow_t = tile
-    ih_t, iw_t = oh_t + fh - 1, ow_t + fw - 1
-    kp = max(16, triton.next_power_of_2(ih_t * iw_t))
-    tiles_h, tiles_w = triton.cdiv(oh, oh_t), triton.cdiv(ow, ow_t)
-    num_tiles = n * tiles_h * tiles_w
     if y is None:
         y = torch.empty((n, oh, ow, g), device=x.device, dtype=x.dtype)
     if packed is None:
