@@ -70,15 +70,9 @@ def test_the_server_serves_the_shipped_models(dtype, shipped_model_store):
 
 
 @pytest.mark.parametrize("direction", list(Direction), ids=lambda d: d.value)
-def test_the_newest_fp16_model_ranks_every_family_and_kernel_the_newest_bf16_one_does(direction):
+def test_the_served_fp16_model_ranks_every_family_and_kernel_the_served_bf16_one_does(direction, shipped_model_store):
     """fp16 selection gets the same kernels as bf16 (session 37: fp16 models trained on the bf16 rows with
     --also-dtype bf16; session 6's ranked five families). A kernel the fp16 record lacks is never picked for fp16."""
-    from tiledispatch.models.predictor import load
-
-    def newest(dtype: DType):
-        folders = [p for p in SHIPPED if p.parent.name == f"lgbm-sm_90-{dtype.value}-{direction.value}"]
-        return load(max(folders, key=lambda p: int(p.name)))
-
-    bf16, fp16 = newest(DType.BF16), newest(DType.FP16)
+    bf16, fp16 = (shipped_model_store.choose(dtype, direction) for dtype in (DType.BF16, DType.FP16))
     assert fp16.seen_families >= bf16.seen_families
     assert fp16.seen_kernels == {name.replace("_bf16_", "_fp16_") for name in bf16.seen_kernels}
