@@ -9,8 +9,8 @@ Name grammar (all fields, fixed order)::
          _w{num_warps}_s{num_stages}_gm{group_m}_sk{split_k}_mg{merge}_v{vec}[p]_i{32|64}
 
 e.g. ``gconv_fwd_bf16_2d_igemm_128x64x32_w4_s3_gm8_sk1_mg1_v8_i32``; ``v8p`` (``pad_channels``): the same v8
-tile run on copies of the operands whose channel runs are zero-padded to multiples of 8
-(``kernels/channel_pad.py``).
+tile run on copies of the operands whose channel runs are zero-padded to multiples of 8 (igemm, gemm1x1: each
+group's C/G and K/G; direct, dwrow on C/G = 1 problems: the number of groups; ``kernels/channel_pad.py``).
 
 Families and what their block sizes tile (per group, see each kernel's docstring for the GEMM):
 
@@ -58,9 +58,10 @@ igemm, gmerge and gemm1x1 (for small GEMM M, e.g. batch-1 inference, where the (
 most SMs idle). direct, dwroll, tma and gwalk kernels of the data directions do not split (split_k = 1).
 ``vec`` = 8 promises 16-byte-aligned channel runs, ``vec`` = 2 or 4 (dwrun) that many neighbouring channels a
 thread: a channel count divisible by ``vec`` (``is_supported`` checks the channel counts);
-``index64`` computes element offsets in 64 bits for tensors over 2^31 elements; ``pad_channels`` (igemm and
-gemm1x1, v8, 32-bit) runs problems whose C/G or K/G is not a multiple of 8 on the v8 tile through zero-padded
-copies in the workspace (``is_supported`` refuses it where the channels are aligned already).
+``index64`` computes element offsets in 64 bits for tensors over 2^31 elements; ``pad_channels`` (igemm, gemm1x1,
+direct and dwrow, v8, 32-bit: :data:`PADDABLE_FAMILIES`) runs problems whose channel runs are not multiples of 8
+on the v8 tile through zero-padded copies in the workspace (``is_supported`` refuses it where the channels are
+aligned already).
 """
 
 from __future__ import annotations
@@ -127,6 +128,9 @@ class Family(str, Enum):
 
 # Looked up by identity (enum members hash by their value: one dict or set probe, not a tuple scan of str ``==``).
 _CUDA_CORE_FAMILIES = frozenset({Family.DIRECT, Family.DWROLL, Family.DWROW, Family.DWRUN})
+#: Families with channel-padded (``pad_channels``) configs: the tensor-core GEMMs pad each group's channel run, the
+#: CUDA-core depthwise ones the number of groups (``kernels/channel_pad_geometry.py``).
+PADDABLE_FAMILIES = frozenset({Family.IGEMM, Family.GEMM1X1, Family.DIRECT, Family.DWROW})
 _FAMILY_DIRECTIONS = {Family.TMA: (Direction.FORWARD, Direction.BACKWARD_DATA),
                       Family.HALO: (Direction.FORWARD, Direction.BACKWARD_DATA),
                       Family.DWROW: (Direction.BACKWARD_WEIGHT,)}
@@ -200,10 +204,9 @@ class KernelConfig:
         if self.direction not in self.family.directions:
             raise ConfigError(f"family: {self.family.value} kernels run "
                               f"{' and '.join(d.value for d in self.family.directions)}, not {self.direction.value}")
-        if self.pad_channels and (self.family not in (Family.IGEMM, Family.GEMM1X1) or self.vec != 8
-                                  or self.index64):
-            raise ConfigError(f"pad_channels: channel padding runs an igemm or gemm1x1 v8 tile with 32-bit indices "
-                              f"on padded copies, got {self.family.value} v{self.vec}"
+        if self.pad_channels and (self.family not in PADDABLE_FAMILIES or self.vec != 8 or self.index64):
+            raise ConfigError(f"pad_channels: channel padding runs an igemm, gemm1x1, direct or dwrow v8 tile with "
+                              f"32-bit indices on padded copies, got {self.family.value} v{self.vec}"
                               f"{' i64' if self.index64 else ''}")
         if self.family is Family.TMA:
             if self.vec != 8 or self.index64:

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from tiledispatch.native.configs import Family, KernelConfig
+from tiledispatch.native.configs import PADDABLE_FAMILIES, Family, KernelConfig
 from tiledispatch.native.kernels.base import KernelTemplate, Launch, Program
 from tiledispatch.native.problem import ConvProblem, Direction, DType
 from tiledispatch.native.support import is_supported
@@ -99,10 +99,9 @@ def templates() -> dict[tuple, KernelTemplate]:
                          HaloConvolution(Direction.FORWARD), HaloConvolution(Direction.BACKWARD_DATA)):
             for family in template.families:
                 table[(template.direction, family)] = template
-        for direction in Direction:  # pad_channels configs: keyed by (direction, family, True)
-            padded = ChannelPadded(table[(direction, Family.IGEMM)])
-            for family in padded.families:
-                table[(direction, family, True)] = padded
+        for (direction, family), template in list(table.items()):  # pad_channels configs: (direction, family, True)
+            if family in PADDABLE_FAMILIES:
+                table[(direction, family, True)] = ChannelPadded(template)
         _TEMPLATES = table
     return _TEMPLATES
 

@@ -170,6 +170,9 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
                        (1, *_SPLIT_K[3:], DWROLL_MAX_SPLIT_K), (False, True), (1, 8))
             for bw, bn, fw, warps, stages, sk, i64, vec in itertools.product(*domains):
                 yield KernelConfig(direction, dtype, ndim, family, bw, bn, fw, warps, stages, 1, sk, 1, vec, i64)
+                if vec == 8 and not i64:  # its twin on padded groups
+                    yield KernelConfig(direction, dtype, ndim, family, bw, bn, fw, warps, stages, 1, sk, 1, vec, i64,
+                                       True)
             continue
         if family is Family.DWRUN:  # forward / backward-data: 2D, unsplit
             if not bwd_weight and ndim != 2:
@@ -193,6 +196,8 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
                            (1, 8, 32, 64) if bwd_weight else (1,), (1, 8), (False, True))
             for bm, bn, bk, warps, sk, vec, i64 in itertools.product(*domains):
                 yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, 1, 1, sk, 1, vec, i64)
+                if vec == 8 and not i64:  # its twin on padded groups
+                    yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, 1, 1, sk, 1, vec, i64, True)
                 if direction is Direction.FORWARD and bk == 1:  # the depthwise-multiplier binary
                     for gm in _DIRECT_MULTIPLIER_J:
                         yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, 1, gm, sk, 1, vec, i64)
@@ -478,11 +483,37 @@ PADDED_TILES = {
 }
 
 
+#: Group-padded (``pad_channels`` on C/G = 1 problems) depthwise tiles of ``default``, (family, ndim, block_m,
+#: block_n, block_k, warps, split_k) by direction, bf16 / fp16: the v8 direct and dwrow tiles that, greedily added,
+#: came closest to the best kernel of every aligned depthwise training problem (H200 training folders of
+#: bench/gpu/refresh_sets.json, session 38): what a depthwise layer whose channel count is not a multiple of 8
+#: runs on once its groups are padded.
+PADDED_DEPTHWISE_TILES = {
+    Direction.FORWARD: frozenset({(Family.DIRECT, 2, 128, 16, 1, 4, 1), (Family.DIRECT, 2, 128, 32, 8, 4, 1),
+                                  (Family.DIRECT, 2, 32, 32, 1, 4, 1), (Family.DIRECT, 2, 64, 32, 4, 4, 1),
+                                  (Family.DIRECT, 3, 64, 32, 1, 4, 1), (Family.DIRECT, 3, 64, 32, 8, 4, 1),
+                                  (Family.DIRECT, 3, 128, 16, 1, 4, 1)}),
+    Direction.BACKWARD_DATA: frozenset({(Family.DIRECT, 2, 128, 16, 1, 4, 1), (Family.DIRECT, 2, 64, 32, 8, 4, 1),
+                                        (Family.DIRECT, 2, 128, 16, 4, 4, 1), (Family.DIRECT, 2, 64, 16, 8, 4, 1),
+                                        (Family.DIRECT, 3, 128, 16, 1, 4, 1), (Family.DIRECT, 3, 64, 32, 8, 4, 1)}),
+    Direction.BACKWARD_WEIGHT: frozenset({(Family.DWROW, 2, 16, 32, 7, 4, 16), (Family.DWROW, 2, 32, 32, 3, 4, 64),
+                                          (Family.DWROW, 2, 8, 64, 3, 4, 16), (Family.DIRECT, 2, 128, 32, 1, 4, 1),
+                                          (Family.DWROW, 3, 32, 32, 3, 4, 64), (Family.DIRECT, 3, 128, 32, 1, 4, 8),
+                                          (Family.DIRECT, 3, 128, 16, 1, 4, 32)}),
+}
+
+
 def _default_padded_rule(c: KernelConfig) -> bool:
-    """The ``pad_channels`` kernels of ``default``: :data:`PADDED_TILES` whose v8 tile ``default`` holds."""
-    return (c.dtype is not DType.FP32 and (c.family is Family.IGEMM or c.ndim == 2)
+    """The ``pad_channels`` kernels of ``default``: :data:`PADDED_TILES` and :data:`PADDED_DEPTHWISE_TILES` whose v8
+    tile ``default`` holds."""
+    if c.dtype is DType.FP32 or not _default_rule(c.unpadded):
+        return False
+    if c.family in (Family.DIRECT, Family.DWROW):
+        return (c.group_m == 1 and (c.family, c.ndim, c.block_m, c.block_n, c.block_k, c.num_warps, c.split_k)
+                in PADDED_DEPTHWISE_TILES[c.direction])
+    return ((c.family is Family.IGEMM or c.ndim == 2)
             and (c.family, c.block_m, c.block_n, c.block_k, c.num_warps, c.num_stages, c.split_k)
-            in PADDED_TILES[c.direction] and _default_rule(c.unpadded))
+            in PADDED_TILES[c.direction])
 
 
 def _default_split_data_rule(c: KernelConfig) -> bool:

@@ -309,26 +309,39 @@ def _tma_refusal(problem: ConvProblem, config: KernelConfig) -> str:
 
 
 def _channel_padding_refusal(problem: ConvProblem, config: KernelConfig) -> str:
-    """Why a ``pad_channels`` kernel cannot run the problem ('' when it can): its channels are unaligned (else
-    the plain v8 tile runs it without the copies), padding at most doubles the work
-    (:data:`~tiledispatch.native.kernels.channel_pad_geometry.MAX_WORK_INFLATION`), and that v8 tile runs the padded
-    problem."""
+    """Why a ``pad_channels`` kernel cannot run the problem ('' when it can): C/G = 1 for the direct and dwrow ones
+    (they pad the groups), C/G > 1 for the others (they pad each group's runs), channel runs not aligned already
+    (else the plain v8 tile runs it without the copies), padding at most doubling the work
+    (:data:`~tiledispatch.native.kernels.channel_pad_geometry.MAX_WORK_INFLATION`), and that v8 tile running the
+    padded problem."""
+    pads_groups = channel_pad_geometry.pads_groups(problem)
+    if config.family in (Family.DIRECT, Family.DWROW) and not pads_groups:
+        return (f"in_channels: {config.family.value} pad_channels kernels pad the groups of C/G = 1 problems "
+                f"(depthwise, multiplier), got C/G = {problem.c_per_group}; the direct v1 and v8 kernels run it")
+    if config.family not in (Family.DIRECT, Family.DWROW) and pads_groups:
+        kg = problem.k_per_group
+        inflation = channel_pad_geometry.CHANNEL_MULTIPLE * channel_pad_geometry.round_up(kg) / kg
+        return (f"in_channels/out_channels: {config.family.value} pad_channels kernels pad each group's runs: C/G = 1, "
+                f"K/G = {kg} padded to multiples of {channel_pad_geometry.CHANNEL_MULTIPLE} multiplies the work by "
+                f"{inflation:.2f}; the direct and dwrow pad_channels kernels pad the groups instead")
+    what = (f"groups={problem.groups} (C/G = 1)" if pads_groups
+            else f"C/G={problem.c_per_group}, K/G={problem.k_per_group}")
     if channel_pad_geometry.aligned(problem):
-        return (f"in_channels/out_channels: C/G={problem.c_per_group} and K/G={problem.k_per_group} are multiples "
-                f"of {channel_pad_geometry.CHANNEL_MULTIPLE} already; the v8 kernel {config.unpadded.name} runs the "
-                "problem without padded copies")
+        return (f"in_channels/out_channels: {what} are multiples of {channel_pad_geometry.CHANNEL_MULTIPLE} already; "
+                f"the v8 kernel {config.unpadded.name} runs the problem without padded copies")
     inflation = channel_pad_geometry.work_inflation(problem)
     if inflation > channel_pad_geometry.MAX_WORK_INFLATION:
-        return (f"in_channels/out_channels: padding C/G={problem.c_per_group}, K/G={problem.k_per_group} to multiples "
-                f"of {channel_pad_geometry.CHANNEL_MULTIPLE} multiplies the work by {inflation:.2f} (more than "
-                f"{channel_pad_geometry.MAX_WORK_INFLATION:g}); the v1, direct and gmerge kernels run it")
+        return (f"in_channels/out_channels: padding {what} to multiples of {channel_pad_geometry.CHANNEL_MULTIPLE} "
+                f"multiplies the work by {inflation:.2f} (more than {channel_pad_geometry.MAX_WORK_INFLATION:g}); "
+                "the v1, direct and gmerge kernels run it")
     padded = channel_pad_geometry.padded_problem(problem)
-    if padded.out_channels > channel_pad_geometry.MAX_SLABS:  # the weight copy: a slab per padded output channel
+    weight_copy = channel_pad_geometry.repack(problem.weight_shape, padded.weight_shape, weight=True)
+    if weight_copy.slabs > channel_pad_geometry.MAX_SLABS:  # padded runs: a slab per padded output channel
         return (f"out_channels: {padded.out_channels} padded output channels exceed the weight copy's grid "
                 f"({channel_pad_geometry.MAX_SLABS} slabs)")
     support = is_supported(padded, config.unpadded)
     if not support:
-        return (f"{support.reason} (as the channel-padded problem C/G={padded.c_per_group}, "
+        return (f"{support.reason} (as the channel-padded problem G={padded.groups}, C/G={padded.c_per_group}, "
                 f"K/G={padded.k_per_group})")
     return ""
 

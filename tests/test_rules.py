@@ -299,13 +299,20 @@ def test_default_backward_weight_extra_splits_are_few_aligned_tensor_core_tiles(
 
 def test_default_channel_padded_kernels_are_twins_of_default_v8_tiles():
     """Every pad_channels kernel of default runs a v8 tile default holds, is one of rules.PADDED_TILES (16-bit,
-    igemm 2D and 3D, gemm1x1 2D), and every listed tile is there in both dtypes."""
-    from tiledispatch.native.rules import PADDED_TILES
+    igemm 2D and 3D, gemm1x1 2D) or rules.PADDED_DEPTHWISE_TILES (direct and dwrow on padded groups), and every
+    listed tile is there in both dtypes."""
+    from tiledispatch.native.rules import PADDED_DEPTHWISE_TILES, PADDED_TILES
 
     default = set(rule_set_configs("default"))
-    padded = [c for c in default if c.pad_channels]
+    every_padded = [c for c in default if c.pad_channels]
     assert all(c.unpadded in default and c.vec == 8 and not c.index64 and c.dtype is not DType.FP32
-               for c in padded)
+               for c in every_padded)
+    depthwise = [c for c in every_padded if c.family in (Family.DIRECT, Family.DWROW)]
+    for direction, tiles in PADDED_DEPTHWISE_TILES.items():
+        found = [(c.family, c.ndim, c.block_m, c.block_n, c.block_k, c.num_warps, c.split_k, c.dtype)
+                 for c in depthwise if c.direction is direction]
+        assert sorted(found) == sorted((*tile, dtype) for tile in tiles for dtype in (DType.BF16, DType.FP16))
+    padded = [c for c in every_padded if c.family not in (Family.DIRECT, Family.DWROW)]
     for direction, tiles in PADDED_TILES.items():
         found = {(c.family, c.block_m, c.block_n, c.block_k, c.num_warps, c.num_stages, c.split_k): set()
                  for c in padded if c.direction is direction}

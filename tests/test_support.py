@@ -485,28 +485,41 @@ def test_gwalk_backward_weight_refusals_name_the_field(overrides, config, field)
 
 PADDED_KERNELS = [KernelConfig(d, DType.BF16, n, f, 64, 64, 32, 4, 3, 8, 1, 1, 8, False, True)
                   for d in Direction for n in (2, 3) for f in (Family.IGEMM, Family.GEMM1X1)]
+#: Group padding: the direct plain and tap-row tiles, the v8 dwrow tile (backward-weight).
+PADDED_DEPTHWISE_KERNELS = [KernelConfig(d, DType.BF16, n, Family.DIRECT, 64, 32, taps_w, 4, 1, 1, 1, 1, 8, False, True)
+                            for d in Direction for n in (2, 3) for taps_w in (1, 8)] + [
+    KernelConfig(Direction.BACKWARD_WEIGHT, DType.BF16, n, Family.DWROW, 16, 32, 5, 4, 2, 1, 16, 1, 8, False, True)
+    for n in (2, 3)]
 
 
 @settings(max_examples=200, deadline=None)
 @given(any_problems(huge_weight=0, dtypes=(DType.BF16,)))
 def test_channel_padded_kernels_run_unaligned_problems_their_v8_tile_runs_padded(p):
-    """A pad_channels kernel supports exactly the problems with C/G or K/G not a multiple of 8, at most doubled
-    in work by the padding, whose padded form its v8 tile supports; refusals name a field (aligned channels and
-    too much padding: in_channels/out_channels)."""
+    """A pad_channels kernel supports exactly the problems with C/G or K/G not a multiple of 8 (direct and dwrow:
+    C/G = 1 and G not a multiple of 8; igemm and gemm1x1: C/G > 1), at most doubled in work by the padding, whose
+    padded form its v8 tile supports; refusals name a field (the wrong kind of problem, aligned channels and too
+    much padding: in_channels/out_channels)."""
     from tiledispatch.native.kernels.channel_pad_geometry import (
         MAX_WORK_INFLATION,
         aligned,
         padded_problem,
+        pads_groups,
         work_inflation,
     )
 
-    for config in PADDED_KERNELS:
+    for config in PADDED_KERNELS + PADDED_DEPTHWISE_KERNELS:
         if config.direction is not p.direction:
             continue
         support = is_supported(p, config)
         runnable = p.kernel_problem(config.ndim)
         if runnable is None:
             assert not support and support.reason.startswith("ndim:"), support.reason
+            continue
+        if runnable.needs_int64_index:  # every pad_channels kernel indexes in 32 bits
+            assert not support and "64-bit-indexed" in support.reason, support.reason
+            continue
+        if pads_groups(runnable) != (config.family in (Family.DIRECT, Family.DWROW)):
+            assert not support and support.reason.startswith("in_channels"), support.reason
             continue
         if aligned(p) or work_inflation(p) > MAX_WORK_INFLATION:
             assert not support and support.reason.startswith("in_channels/out_channels:"), support.reason
@@ -522,7 +535,8 @@ def test_channel_padding_reaches_the_unaligned_dense_layers():
     aligned ones none (the plain v8 tile runs them without copies)."""
     from tiledispatch.native.rules import rule_set_configs
 
-    padded = [c for c in rule_set_configs("default", dtypes=["bf16"], ndims=[2]) if c.pad_channels]
+    padded = [c for c in rule_set_configs("default", dtypes=["bf16"], ndims=[2]) if c.pad_channels
+              and c.family in (Family.IGEMM, Family.GEMM1X1)]
     for direction in Direction:
         odd = problem(direction=direction, batch=1, groups=1, in_channels=781, out_channels=488,
                       input_size=(107, 107))
@@ -534,3 +548,28 @@ def test_channel_padding_reaches_the_unaligned_dense_layers():
         depthwise = problem(direction=direction, groups=96, in_channels=96, out_channels=96)  # 64x the work padded
         refusals = [is_supported(depthwise, c) for c in padded if c.direction is direction]
         assert refusals and all("multiplies the work by 64.00" in r.reason for r in refusals)
+
+
+def test_group_padding_reaches_the_unaligned_depthwise_layers():
+    """The depthwise layers whose channel count is not a multiple of 8 (synthetic, H200 session 34: n135 g931 7x7
+    stride 2 ran on v1 direct binaries at 995-2,304 us against a 58 us bound) have a group-padded kernel in default
+    in every direction, 2D and 3D; aligned depthwise layers and grouped ones (C/G > 1) none."""
+    from tiledispatch.native.rules import rule_set_configs
+
+    padded = [c for c in rule_set_configs("default", dtypes=["bf16"]) if c.pad_channels
+              and c.family in (Family.DIRECT, Family.DWROW)]
+    for direction in Direction:
+        for spatial in ((28, 28), (5, 37, 37)):
+            ndim = len(spatial)
+            kernels = [c for c in padded if c.direction is direction and c.ndim == ndim]
+            stride = (2,) * ndim
+            odd = problem(direction=direction, batch=135, groups=931, in_channels=931, out_channels=931,
+                          input_size=spatial, filter_size=(3,) * ndim, stride=stride, pad_begin=(1,) * ndim,
+                          pad_end=(1,) * ndim, dilation=(1,) * ndim)
+            assert any(is_supported(odd, c) for c in kernels), (direction, ndim)
+            aligned_problem = dataclasses.replace(odd, groups=936, in_channels=936, out_channels=936)
+            refusals = [is_supported(aligned_problem, c) for c in kernels]
+            assert refusals and not any(refusals)
+            assert all("multiples of 8 already" in r.reason for r in refusals)
+            grouped = dataclasses.replace(odd, groups=19, in_channels=931, out_channels=931)  # C/G 49
+            assert not any(is_supported(grouped, c) for c in kernels)

@@ -67,6 +67,8 @@
 #   padded:   channel-padded tiles: kernel GPU tests on unaligned problems (TESTS=0: none; TESTS_K), then (SWEEP=0: not)
 #             the seed-7 synthetic problems with unaligned channels and groups >= 16 channels wide x 3 directions
 #             (--oracle-only) into $WORK/padded (resumes) and its report.
+#   padded_groups: group-padded depthwise kernels: kernel GPU tests (TESTS_K, default padded), then (SWEEP=0: not)
+#             bench/problems/unaligned_depthwise.json x 3 directions (--oracle-only) into $WORK/padded_groups (resumes).
 #   padded_rows: training rows of the channel-padded kernels (refresh_sets.json new_kernels) on the models' problems
 #             they run (models/data/problems/padded/; DIRS, KINDS, SHARD=I/N) into $WORK/padded_rows_KIND_DIR (resumes).
 #   fp16_rows: the first LIMIT (default 100) problems of the models' lists (KINDS, default validation; DIRS; SHARD=I/N)
@@ -155,7 +157,7 @@ complete_new() {
     --cache-dir "$3" --out "$WORK/complete_new_${kind}_$d" >> "$WORK/logs/complete_new_${kind}_$d.txt" 2>&1
   echo "complete new $kind $d rc $?"; grep -E "^bench: completing" "$WORK/logs/complete_new_${kind}_$d.txt" | tail -1; tail -1 "$WORK/logs/complete_new_${kind}_$d.txt"
 }
-case ${1:?synth, complete, torch, planar, multiplier, padded, padded_rows, refresh, new, halo_data, probe, configs, l1, dwrow, dwrun, dwrun_data, dwrun_pair, flat, harness, held, halo, halo_weight, profiles, tests, variants or dev} in
+case ${1:?synth, complete, torch, planar, multiplier, padded, padded_groups, padded_rows, refresh, new, halo_data, probe, configs, l1, dwrow, dwrun, dwrun_data, dwrun_pair, flat, harness, held, halo, halo_weight, profiles, tests, variants or dev} in
   synth) synth ;;
   complete)
     M=models/data/measured
@@ -228,6 +230,20 @@ print(json.dumps([p.to_dict() for p in s(100, seed=7) if p.ndim == 3]))" > "$WOR
     tests_then_sample padded "padded or odd_shapes" \
       "(p.c_per_group % 8 or p.k_per_group % 8) and max(p.c_per_group, p.k_per_group) >= 16" \
       "Synthetic problems with unaligned channels (seed 7): tiledispatch vs cuDNN (bf16)"
+    ;;
+  padded_groups)
+    # Group-padded depthwise kernels (pad_channels on direct / dwrow, C/G = 1): the kernel GPU tests on unaligned
+    # problems (TESTS=0: none; TESTS_K, default padded), then (SWEEP=0: not) bench/problems/unaligned_depthwise.json
+    # (the seed-7 synthetic sample's 4 depthwise problems whose channel count is not a multiple of 8, and 6 more) x 3
+    # directions, every default kernel and cuDNN (--oracle-only), into $WORK/padded_groups (resumes) and its report.
+    if [ "${TESTS:-1}" != 0 ]; then
+      TILEDISPATCH_TEST_REGISTRY="$WORK/test_registry" timeout "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider \
+        tests/kernels/test_gpu.py -k "${TESTS_K:-padded}" > "$WORK/logs/gpu_tests_padded_groups.txt" 2>&1
+      tail -3 "$WORK/logs/gpu_tests_padded_groups.txt"
+    fi
+    [ "${SWEEP:-1}" = 0 ] || sweep padded_groups report_padded_groups "$WORK/padded_groups" \
+      "Depthwise problems with a channel count not a multiple of 8: tiledispatch vs cuDNN (bf16)" \
+      --problems bench/problems/unaligned_depthwise.json
     ;;
   padded_rows)
     # Training rows of the channel-padded kernels: for each direction of DIRS (default all three) and kind of KINDS,

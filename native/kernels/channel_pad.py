@@ -1,8 +1,10 @@
-"""Unaligned channel runs on an aligned tensor-core tile (``pad_channels``: igemm and gemm1x1, every direction).
+"""Unaligned channel runs on an aligned tile (``pad_channels``: igemm and gemm1x1, direct and dwrow, every direction).
 
 Zero channels add nothing to any sum, so a problem P whose C/G or K/G is not a multiple of 8 is the problem P'
 with both rounded up (:func:`~tiledispatch.native.kernels.channel_pad_geometry.padded_problem`) on operands
-padded with zeros, and the result is P''s with the padding dropped:
+padded with zeros, and the result is P''s with the padding dropped. A depthwise problem (C/G = 1) whose
+channel count G is not a multiple of 8 is likewise the problem with G' = ⌈G⌉₈ groups, the added groups' inputs
+and weights zero (their outputs are dropped):
 
     forward:          Y  = unpad_K(conv(pad_C(X), pad_KC(W)))
     backward-data:    dX = unpad_C(conv_bwd_data(pad_K(dY), pad_KC(W)))
@@ -10,9 +12,10 @@ padded with zeros, and the result is P''s with the padding dropped:
 
 ``pad_C`` / ``pad_K`` copy a tensor into the workspace with each group's channel run widened to the multiple of 8
 (zeros after it), ``pad_KC`` both channel axes of the weight (``G, K/G, taps, C/G``); ``unpad`` copies the kept
-part of a padded result into the caller's tensor. An operand or result whose runs are aligned already is used
-in place. The GEMM in the middle is the ``v8`` tile's own (``igemm_*.py``, ``gemm1x1`` included): GEMM M, N, K
-as there, over P'.
+part of a padded result into the caller's tensor (padded groups: each position's G-channel run widened to G', the
+weight's ``G·K/G·taps`` values followed by zeros). An operand or result whose runs are aligned already is used
+in place. The kernel in the middle is the ``v8`` tile's own, over P': for igemm and gemm1x1 the GEMM M, N, K of
+``igemm_*.py``; for direct and dwrow the FMA loops of ``direct.py`` and ``dwrow.py``.
 
 Why: a ``v1`` tile gathers every operand element through its own address and cannot use 16-byte ``cp.async``,
 so nothing is pipelined. On the H200 (synthetic sweep of session 34) the dense n1 c781→488 107×107 3×3 layer
@@ -20,8 +23,16 @@ ran at 0.12× cuDNN in every direction (forward 1,469 against 183 µs) and c605�
 padded copies cost one read and one write of the activations (c781 107×107: 36 MB, about 9 µs). A copy runs
 :func:`_repack_kernel`: one program per ``REPACK_ROWS × REPACK_CHANNELS`` block of one slab of the destination.
 
+Depthwise: a channel count that is not a multiple of 8 (931, 37, 23 in the synthetic sweep) leaves every v8 binary
+out (a position's run is not 16-byte aligned), so such layers ran on the v1 binaries: on the H200 (session 34) the
+n135 g931 28×28 7×7 stride-2 layer took 995 / 2,304 / 2,258 µs forward / backward-data / backward-weight against a
+58 µs bound, its v1 forward binary issuing 11.5 SASS instructions an FMA to the v8 tap-row binary's 3.7
+(``bench/results/2026-11-29_h200_s37/sass_direct_depthwise.md``). Padding its groups costs one read and write of
+X (or dY) and of Y (or dX), about 0.5 GB there.
+
 ``is_supported`` refuses a padding that more than doubles the work (``channel_pad_geometry.MAX_WORK_INFLATION``:
-depthwise C/G = K/G = 1 would be 64×), and aligned problems (the v8 tile runs them without copies).
+padding a depthwise channel's run of 1 would be 64×, hence the groups instead), and aligned problems (the v8 tile
+runs them without copies).
 
 Measured (H200, ``bench/results/2026-11-29_h200_s36/``, every ``default`` kernel and cuDNN in one run, the 14 seed-7
 synthetic problems with unaligned groups ≥ 16 channels wide × 3 directions): a padded tile was the fastest kernel on
@@ -42,7 +53,7 @@ import math
 import triton
 import triton.language as tl
 
-from tiledispatch.native.configs import Family, KernelConfig
+from tiledispatch.native.configs import PADDABLE_FAMILIES, KernelConfig
 from tiledispatch.native.kernels.base import KernelTemplate, Launch, Program, cdiv, pointer_type
 from tiledispatch.native.kernels.channel_pad_geometry import Repack, padded_problem, region_bytes, repack
 from tiledispatch.native.problem import ConvProblem, Direction
@@ -83,13 +94,13 @@ def _repack_launch(src, dst, shape: Repack) -> Launch:
 
 
 class ChannelPadded:
-    """Template of the ``pad_channels`` configs of one direction, around that direction's igemm template."""
-
-    families = frozenset({Family.IGEMM, Family.GEMM1X1})
+    """Template of the ``pad_channels`` configs of one direction and family group, around the template that runs
+    their v8 tiles (igemm / gemm1x1, direct, dwrow)."""
 
     def __init__(self, inner: KernelTemplate):
         self.inner = inner
         self.direction = inner.direction
+        self.families = inner.families & PADDABLE_FAMILIES
 
     def programs(self, config: KernelConfig) -> dict[str, Program]:
         ptr = pointer_type(config.dtype)

@@ -32,6 +32,12 @@ SHAPES_2D = {
     # dilated, asymmetric pads.
     "padded_grouped": dict(batch=6, groups=2, in_channels=26, out_channels=20, input_size=(5, 6), filter_size=(3, 2),
                            stride=(2, 1), dilation=(1, 2), pad_begin=(1, 0), pad_end=(0, 2)),
+    # Group padding (pad_channels on C/G = 1): 13 depthwise channels padded to 16 groups, strided, dilated,
+    # asymmetric pads, a filter 5 wide (the tap rows of 8); a multiplier (K/G 2) on 7 groups padded to 8.
+    "padded_depthwise": dict(batch=3, groups=13, in_channels=13, out_channels=13, input_size=(7, 9),
+                             filter_size=(3, 5), stride=(2, 1), dilation=(1, 2), pad_begin=(1, 3), pad_end=(0, 2)),
+    "padded_multiplier": dict(batch=3, groups=7, in_channels=7, out_channels=14, input_size=(8, 9),
+                              filter_size=(3, 3), stride=(1, 2), dilation=(1, 1), pad_begin=(1, 1), pad_end=(2, 0)),
     # Channel padding (pad_channels): C/G 19 and K/G 8 (only the input runs and the weight are padded), 1x1.
     "odd_1x1": dict(batch=3, groups=2, in_channels=38, out_channels=16, input_size=(4, 5), filter_size=(1, 1),
                     stride=(1, 1), dilation=(1, 1), pad_begin=(0, 0), pad_end=(0, 0)),
@@ -89,6 +95,10 @@ SHAPES_3D = {
     "padded_grouped": dict(batch=4, groups=1, in_channels=13, out_channels=10, input_size=(3, 4, 5),
                            filter_size=(2, 3, 3), stride=(1, 2, 1), dilation=(2, 1, 1), pad_begin=(1, 1, 0),
                            pad_end=(0, 1, 2)),
+    # Group padding: 5 depthwise channels padded to 8 groups (1.6x the work), strided depth, asymmetric pads.
+    "padded_depthwise": dict(batch=2, groups=5, in_channels=5, out_channels=5, input_size=(4, 5, 6),
+                             filter_size=(3, 3, 3), stride=(2, 1, 1), dilation=(1, 1, 2), pad_begin=(1, 1, 2),
+                             pad_end=(1, 0, 1)),
     "dw_multiplier": dict(batch=2, groups=9, in_channels=9, out_channels=54, input_size=(3, 7, 5),
                           filter_size=(2, 3, 3), stride=(1, 2, 1), dilation=(2, 1, 1), pad_begin=(1, 1, 0),
                           pad_end=(0, 1, 2)),
@@ -119,12 +129,13 @@ FAMILY_SHAPES = {
     Family.IGEMM: ("grouped_odd", "stride3", "depthwise", "padded_grouped"),
     Family.GMERGE: ("grouped_odd", "dw_multiplier", "depthwise", "small_groups"),
     Family.GEMM1X1: ("aligned_1x1", "odd_1x1"),
-    Family.DIRECT: ("depthwise", "dw_multiplier", "grouped_odd", "stride3", "depthwise_odd", "depthwise_7x7"),
+    Family.DIRECT: ("depthwise", "dw_multiplier", "grouped_odd", "stride3", "depthwise_odd", "depthwise_7x7",
+                    "padded_depthwise", "padded_multiplier"),
     Family.TMA: ("stride1_grouped", "stride1_valid"),
     Family.DWROLL: ("depthwise", "dwroll_strided", "dwroll_stride1", "dwroll"),
     Family.GWALK: ("depthwise", "walk_grouped", "walk_wide", "walk_strided"),
     Family.DWROW: ("depthwise", "dwrow_7x7", "dwroll_strided", "dwroll_stride1", "dwroll", "dw_multiplier",
-                   "depthwise_odd", "planar_spatial_odd"),
+                   "depthwise_odd", "planar_spatial_odd", "padded_depthwise"),
     Family.DWRUN: ("depthwise", "dwrun_7x5", "dwrun"),
 }
 
@@ -165,15 +176,15 @@ def small_config(direction: Direction, dtype: DType, ndim: int, family: Family, 
     if family is Family.DWROW:  # taps_w: the filter columns unrolled
         block_w, block_n = (16, 32) if wide else (8, 16)
         return KernelConfig(direction, dtype, ndim, family, block_w, block_n, taps_w, 1, stages, 1, split_k, 1,
-                            1 if scalar else 8, index64)
+                            1 if scalar else 8, index64, pad)
     if family is Family.DWRUN:  # one warp: 2 runs of 3 columns x 16 channels (4 runs of 5 x 8 channels); vec 2
         run, runs, block_n = (5, 4, 8) if wide else (3, 2, 16)  # or 4: that many channels a thread, vec x the channels
         lanes = vec if vec in (2, 4) else 1
         return KernelConfig(direction, dtype, ndim, family, run, block_n * lanes, taps_w, 1, stages, runs, split_k, 1,
                             lanes, index64)
     if family is Family.DIRECT:
-        return KernelConfig(direction, dtype, ndim, family, 16, 8, taps_w, num_warps, 1, multiplier, split_k, 1, vec,
-                            index64)
+        return KernelConfig(direction, dtype, ndim, family, 16, 8, taps_w, num_warps, 1, multiplier, split_k, 1,
+                            8 if pad else vec, index64, pad)
     return KernelConfig(direction, dtype, ndim, family, 32, 16, 16, num_warps, 2, 8, split_k,
                         merge if family is Family.GMERGE else 1, 8 if pad else vec, index64, pad)
 
@@ -213,7 +224,9 @@ def cases(ndims=(2, 3)):
                         width = available[label]["filter_size"][-1]
                         variants = [dict(taps_w=width), dict(taps_w=7, stages=2, wide=True)]
                         shape = available[label]
-                        if shape["out_channels"] != shape["in_channels"] or shape["in_channels"] % 8:
+                        if label == "padded_depthwise":  # the v8 binary on 8-aligned padded groups
+                            variants = [dict(v, pad=True) for v in variants]
+                        elif shape["out_channels"] != shape["in_channels"] or shape["in_channels"] % 8:
                             variants = [dict(v, scalar=True) for v in variants]  # only the scalar binary runs it
                         elif label == "depthwise":  # the scalar binary on aligned channels too (K/G = 1)
                             variants.append(dict(taps_w=width, stages=2, scalar=True))
@@ -248,6 +261,10 @@ def cases(ndims=(2, 3)):
                     if family is Family.DIRECT and label.startswith("depthwise"):
                         # tap rows: 4 columns unrolled where the filter is narrow enough, and 8
                         variants += [dict(taps_w=8)] + ([dict(taps_w=4)] if label == "depthwise" else [])
+                    if family is Family.DIRECT and label.startswith("padded_"):  # the v8 binaries on padded groups
+                        variants = [dict(pad=True)] + ([dict(pad=True, taps_w=8)] if label == "padded_depthwise" else
+                                                       [dict(pad=True, multiplier=2)] if direction is Direction.FORWARD
+                                                       else [])
                     if family is Family.DIRECT and label == "dw_multiplier" and direction is Direction.FORWARD:
                         # the multiplier binary (3D K/G = 6: two j chunks)
                         variants += [dict(multiplier=2), dict(multiplier=4), dict(multiplier=4, index64=True)]
@@ -417,6 +434,15 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
     tile = (32, 32) if direction is Direction.BACKWARD_WEIGHT else (64, 32)
     for split_k in ((1, 8) if direction is Direction.BACKWARD_WEIGHT else (1,)):
         out.append(KernelConfig(direction, dtype, ndim, Family.DIRECT, *tile, 8, 4, 1, 1, split_k, 1, 8))
+    # Group padding (pad_channels on C/G = 1): the tap-row program and the plain v8 one on padded groups; the v8
+    # dwrow tiles likewise (backward-weight).
+    for split_k in ((1, 8) if direction is Direction.BACKWARD_WEIGHT else (1,)):
+        out += [KernelConfig(direction, dtype, ndim, Family.DIRECT, *tile, taps_w, 4, 1, 1, split_k, 1, 8, False, True)
+                for taps_w in (1, 8)]
+    if direction is Direction.BACKWARD_WEIGHT:
+        out += [KernelConfig(direction, dtype, ndim, Family.DWROW, block_w, block_n, width, warps, stages, 1, split_k,
+                             1, 8, False, True)
+                for block_w, block_n, width, warps, stages, split_k in DWROW_GPU_TILES[1:4]]
     # Forward: the depthwise-multiplier binary (direct group_m = J outputs per loaded input), 4 and 8 warps.
     if direction is Direction.FORWARD:
         out += [KernelConfig(direction, dtype, ndim, Family.DIRECT, 64, 32, 1, 4, 1, 4, 1, 1, 1),

@@ -145,6 +145,31 @@ def test_random_unaligned_channels_on_padded_tiles(registry, direction, dtype, n
     assert not _check(problem, registry, configs), problem.key
 
 
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("ndim", (2, 3))
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.value)
+@pytest.mark.parametrize("direction", list(Direction), ids=lambda d: d.value)
+def test_random_unaligned_depthwise_on_padded_groups(registry, direction, dtype, ndim, seed):
+    """Depthwise with a channel count that is not a multiple of 8 (9-299: padding adds at most 1.78x), filters up to
+    7 wide, strides, dilations, asymmetric pads: every kernel that supports it, and at least one group-padded direct
+    or dwrow kernel among them."""
+    rng = random.Random(f"padded-groups-{direction}-{dtype}-{ndim}-{seed}-{random.random()}")
+    groups = rng.choice([g for g in range(9, 300) if g % 8])
+    filt = tuple(rng.choice([1, 3, 3, 5, 7]) for _ in range(ndim))
+    stride = tuple(rng.choice([1, 1, 2]) for _ in range(ndim))
+    dilation = tuple(rng.choice([1, 1, 2]) for _ in range(ndim))
+    size = tuple(rng.randint(5, 30) if ndim == 2 else rng.randint(3, 10) for _ in range(ndim))
+    size = tuple(max(s, d * (f - 1) + 1) for s, d, f in zip(size, dilation, filt))
+    problem = ConvProblem(direction=direction, dtype=dtype, batch=rng.randint(1, 4), groups=groups,
+                          in_channels=groups, out_channels=groups, input_size=size, filter_size=filt, stride=stride,
+                          dilation=dilation, pad_begin=tuple(rng.randint(0, f // 2) for f in filt),
+                          pad_end=tuple(rng.randint(0, f // 2) for f in filt))
+    configs = [c for c in registry.configs if c.direction is direction and c.dtype is dtype and c.ndim == ndim]
+    assert any(c.pad_channels and c.family in (Family.DIRECT, Family.DWROW) and is_supported(problem, c)
+               for c in configs), problem.key
+    assert not _check(problem, registry, configs), problem.key
+
+
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("ndim", (2, 3))
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.value)
