@@ -75,9 +75,11 @@ def _problems(direction: Direction, dtype: DType, ndim: int, rng: random.Random)
                                stride=stride, dilation=dilation, pad_begin=tuple(f // 2 for f in filt),
                                pad_end=tuple(rng.randint(0, f // 2) for f in filt)))
     # model layers: depthwise 3x3 / 7x7 stride 1, ResNeXt's grouped 3x3 (C/G = 4, 8; and its stride-2 kind, the
-    # halo family's strided program in 2D forward)
+    # halo family's strided program in 2D forward), depthwise 5x5 stride 2 on 13 channels (the group-padded direct and
+    # dwrow kernels: copies, the v8 binary, the copy back)
     spatial = (14, 14) if ndim == 2 else (4, 14, 14)
-    for groups, cg, filt, step in ((96, 1, 3, 1), (96, 1, 7, 1), (32, 4, 3, 1), (32, 8, 3, 1), (32, 8, 3, 2)):
+    for groups, cg, filt, step in ((96, 1, 3, 1), (96, 1, 7, 1), (32, 4, 3, 1), (32, 8, 3, 1), (32, 8, 3, 2),
+                                   (13, 1, 5, 2)):
         f = (filt,) * ndim if ndim == 2 else (3, filt, filt)
         stride = (step,) * ndim if ndim == 2 else (1, step, step)
         out.append(ConvProblem(direction=direction, dtype=dtype, batch=4, groups=groups, in_channels=groups * cg,
@@ -122,7 +124,7 @@ def test_every_family_runs_like_the_python_path(registry, native, direction, dty
         first_pt, second_pt = _pytorch_face(first, weights[0]), _pytorch_face(second, weights[1])
         picked: dict = {}
         for config in configs:  # per family: one kernel per warp count and program kind (gwalk: TMA walks; dwrow:
-            # the scalar binary; igemm / gemm1x1: channel-padded copies)
+            # the scalar binary; igemm / gemm1x1 / direct / dwrow: channel- or group-padded copies)
             variant = (config.num_warps, config.family is Family.GWALK and config.num_stages > 1,
                        config.family is Family.DWROW and config.vec == 1, config.pad_channels)
             if len(picked.setdefault(config.family, {})) < 4 and variant not in picked[config.family] \
