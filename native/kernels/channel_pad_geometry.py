@@ -95,7 +95,7 @@ def repack(src_shape: tuple[int, ...], dst_shape: tuple[int, ...], *, weight: bo
     # and everything from it on is one run, equal up to its length in both (the axes after it agree).
     differing = [axis for axis, (s, d) in enumerate(zip(src_shape, dst_shape)) if s != d]
     if len(differing) != 1 or len(src_shape) != len(dst_shape):
-        raise ValueError(f"repack: {src_shape} -> {dst_shape} differ in more than one axis")
+        raise ValueError(f"repack: {src_shape} -> {dst_shape} must differ in exactly one axis")
     axis = differing[0]
     return Repack(outer=1, rows=math.prod(src_shape[:axis]), middle_src=1, middle_dst=1,
                   channels_src=math.prod(src_shape[axis:]), channels_dst=math.prod(dst_shape[axis:]))
