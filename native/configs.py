@@ -131,6 +131,8 @@ _CUDA_CORE_FAMILIES = frozenset({Family.DIRECT, Family.DWROLL, Family.DWROW, Fam
 #: Families with channel-padded (``pad_channels``) configs: the tensor-core GEMMs pad each group's channel run, the
 #: CUDA-core depthwise ones the number of groups (``kernels/channel_pad_geometry.py``).
 PADDABLE_FAMILIES = frozenset({Family.IGEMM, Family.GEMM1X1, Family.DIRECT, Family.DWROW})
+#: The paddable families that pad the groups (of C/G = 1 problems) rather than each group's runs.
+GROUP_PADDED_FAMILIES = frozenset({Family.DIRECT, Family.DWROW})
 _FAMILY_DIRECTIONS = {Family.TMA: (Direction.FORWARD, Direction.BACKWARD_DATA),
                       Family.HALO: (Direction.FORWARD, Direction.BACKWARD_DATA),
                       Family.DWROW: (Direction.BACKWARD_WEIGHT,)}

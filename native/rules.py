@@ -9,12 +9,13 @@ below, and ``tiny`` is ``default`` filtered again, so the subset relations hold 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterable, Iterator
 from functools import cache
 
 from tiledispatch.native.arch import ArchSpec, get_arch
-from tiledispatch.native.configs import Family, KernelConfig
+from tiledispatch.native.configs import GROUP_PADDED_FAMILIES, PADDABLE_FAMILIES, Family, KernelConfig
 from tiledispatch.native.problem import Direction, DType
 
 RULE_SETS = ("tiny", "default", "full")
@@ -116,6 +117,13 @@ def gwalk_accumulator_registers(config: KernelConfig) -> int:
     return config.group_m * config.accumulator_registers
 
 
+def _with_padded_twin(config: KernelConfig) -> Iterator[KernelConfig]:
+    """``config``, and its ``pad_channels`` twin where it is a 32-bit v8 tile of a paddable family."""
+    yield config
+    if config.vec == 8 and not config.index64 and config.family in PADDABLE_FAMILIES:
+        yield dataclasses.replace(config, pad_channels=True)
+
+
 def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> Iterator[KernelConfig]:
     """Every combination of field values ``full`` may hold; with ``narrow`` only the values that the
     default rule can accept (a pure speed-up: the rules below still decide membership)."""
@@ -169,10 +177,8 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
             domains = (_DWROLL_BLOCK_W, _DWROLL_BLOCK_N, _DWROLL_FILTER_HEIGHTS, _DIRECT_WARPS, (1, 2),
                        (1, *_SPLIT_K[3:], DWROLL_MAX_SPLIT_K), (False, True), (1, 8))
             for bw, bn, fw, warps, stages, sk, i64, vec in itertools.product(*domains):
-                yield KernelConfig(direction, dtype, ndim, family, bw, bn, fw, warps, stages, 1, sk, 1, vec, i64)
-                if vec == 8 and not i64:  # its twin on padded groups
-                    yield KernelConfig(direction, dtype, ndim, family, bw, bn, fw, warps, stages, 1, sk, 1, vec, i64,
-                                       True)
+                yield from _with_padded_twin(
+                    KernelConfig(direction, dtype, ndim, family, bw, bn, fw, warps, stages, 1, sk, 1, vec, i64))
             continue
         if family is Family.DWRUN:  # forward / backward-data: 2D, unsplit
             if not bwd_weight and ndim != 2:
@@ -195,9 +201,8 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
                 domains = ((32, 64, 128, 256), (16, 32, 64), _DIRECT_TAPS_W, (4,),
                            (1, 8, 32, 64) if bwd_weight else (1,), (1, 8), (False, True))
             for bm, bn, bk, warps, sk, vec, i64 in itertools.product(*domains):
-                yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, 1, 1, sk, 1, vec, i64)
-                if vec == 8 and not i64:  # its twin on padded groups
-                    yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, 1, 1, sk, 1, vec, i64, True)
+                yield from _with_padded_twin(
+                    KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, 1, 1, sk, 1, vec, i64))
                 if direction is Direction.FORWARD and bk == 1:  # the depthwise-multiplier binary
                     for gm in _DIRECT_MULTIPLIER_J:
                         yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, 1, gm, sk, 1, vec, i64)
@@ -212,10 +217,8 @@ def _candidates(direction: Direction, dtype: DType, ndim: int, narrow: bool) -> 
             if family is Family.GMERGE:  # default's merged tiles: 64/128 x 32/64 x 32/64, 32-bit indices
                 domains = ((64, 128), (32, 64), (32, 64), *domains[3:9], (False,))
         for bm, bn, bk, warps, stages, gm, sk, mg, vec, i64 in itertools.product(*domains):
-            yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, stages, gm, sk, mg, vec, i64)
-            if vec == 8 and not i64 and family in (Family.IGEMM, Family.GEMM1X1):  # its channel-padded twin
-                yield KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, stages, gm, sk, mg, vec, i64,
-                                   True)
+            yield from _with_padded_twin(
+                KernelConfig(direction, dtype, ndim, family, bm, bn, bk, warps, stages, gm, sk, mg, vec, i64))
 
 
 def _dwrun_default_candidates(direction: Direction, dtype: DType, ndim: int) -> Iterator[KernelConfig]:
@@ -508,7 +511,7 @@ def _default_padded_rule(c: KernelConfig) -> bool:
     tile ``default`` holds."""
     if c.dtype is DType.FP32 or not _default_rule(c.unpadded):
         return False
-    if c.family in (Family.DIRECT, Family.DWROW):
+    if c.family in GROUP_PADDED_FAMILIES:
         return (c.group_m == 1 and (c.family, c.ndim, c.block_m, c.block_n, c.block_k, c.num_warps, c.split_k)
                 in PADDED_DEPTHWISE_TILES[c.direction])
     return ((c.family is Family.IGEMM or c.ndim == 2)

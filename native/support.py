@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tiledispatch.native.configs import Family, KernelConfig
+from tiledispatch.native.configs import GROUP_PADDED_FAMILIES, Family, KernelConfig
 from tiledispatch.native.kernels import channel_pad_geometry, halo_tiling
 from tiledispatch.native.kernels.gwalk_geometry import MAX_LANES_PER_SPLIT, weight_walk_geometry
 from tiledispatch.native.kernels.tma_geometry import TmaGeometry
@@ -315,15 +315,14 @@ def _channel_padding_refusal(problem: ConvProblem, config: KernelConfig) -> str:
     (:data:`~tiledispatch.native.kernels.channel_pad_geometry.MAX_WORK_INFLATION`), and that v8 tile running the
     padded problem."""
     pads_groups = channel_pad_geometry.pads_groups(problem)
-    if config.family in (Family.DIRECT, Family.DWROW) and not pads_groups:
+    if config.family in GROUP_PADDED_FAMILIES and not pads_groups:
         return (f"in_channels: {config.family.value} pad_channels kernels pad the groups of C/G = 1 problems "
                 f"(depthwise, multiplier), got C/G = {problem.c_per_group}; the direct v1 and v8 kernels run it")
-    if config.family not in (Family.DIRECT, Family.DWROW) and pads_groups:
-        kg = problem.k_per_group
-        inflation = channel_pad_geometry.CHANNEL_MULTIPLE * channel_pad_geometry.round_up(kg) / kg
+    if config.family not in GROUP_PADDED_FAMILIES and pads_groups:
         return (f"in_channels/out_channels: {config.family.value} pad_channels kernels pad each group's runs: C/G = 1, "
-                f"K/G = {kg} padded to multiples of {channel_pad_geometry.CHANNEL_MULTIPLE} multiplies the work by "
-                f"{inflation:.2f}; the direct and dwrow pad_channels kernels pad the groups instead")
+                f"K/G = {problem.k_per_group} padded to multiples of {channel_pad_geometry.CHANNEL_MULTIPLE} "
+                f"multiplies the work by {channel_pad_geometry.runs_inflation(problem):.2f}; the direct and dwrow "
+                "pad_channels kernels pad the groups instead")
     what = (f"groups={problem.groups} (C/G = 1)" if pads_groups
             else f"C/G={problem.c_per_group}, K/G={problem.k_per_group}")
     if channel_pad_geometry.aligned(problem):

@@ -113,17 +113,20 @@ synth() {
   sweep synth report_synthetic "$SYN" "Synthetic problems: tiledispatch vs cuDNN (bf16)" --synthetic 100 --seed 7
   cp -r "$SYN" "$WORK/synthetic"
 }
-# tests_then_sample NAME TESTS_K FILTER TITLE: the kernel GPU tests -k TESTS_K (the env's TESTS_K instead when set;
-# TESTS=0: none; their own registry), then (SWEEP=0: not) the seed-7 synthetic sample's problems p for which the Python
-# expression FILTER holds x 3 directions, every default kernel and cuDNN, --oracle-only, into $WORK/NAME (resumes on a
-# warm machine), and its report in $WORK/report_NAME.
+# kernel_tests NAME TESTS_K: the kernel GPU tests -k TESTS_K (the env's TESTS_K instead when set; TESTS=0: none; their
+# own registry), logged to $WORK/logs/gpu_tests_NAME.txt.
+kernel_tests() {
+  [ "${TESTS:-1}" = 0 ] && return
+  TILEDISPATCH_TEST_REGISTRY="$WORK/test_registry" timeout "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider \
+    tests/kernels/test_gpu.py -k "${TESTS_K:-$2}" > "$WORK/logs/gpu_tests_$1.txt" 2>&1
+  tail -3 "$WORK/logs/gpu_tests_$1.txt"
+}
+# tests_then_sample NAME TESTS_K FILTER TITLE: kernel_tests NAME TESTS_K, then (SWEEP=0: not) the seed-7 synthetic
+# sample's problems p for which the Python expression FILTER holds x 3 directions, every default kernel and cuDNN,
+# --oracle-only, into $WORK/NAME (resumes on a warm machine), and its report in $WORK/report_NAME.
 tests_then_sample() {
   local name=$1 tests_k=$2 filter=$3 title=$4
-  if [ "${TESTS:-1}" != 0 ]; then
-    TILEDISPATCH_TEST_REGISTRY="$WORK/test_registry" timeout "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider \
-      tests/kernels/test_gpu.py -k "${TESTS_K:-$tests_k}" > "$WORK/logs/gpu_tests_$name.txt" 2>&1
-    tail -3 "$WORK/logs/gpu_tests_$name.txt"
-  fi
+  kernel_tests "$name" "$tests_k"
   [ "${SWEEP:-1}" = 0 ] && return
   python3 -c "import json, sys; from tiledispatch.native.sampler import sample_problems as s; \
 print(json.dumps([p.to_dict() for p in s(100, seed=7) if eval(sys.argv[1], {}, {'p': p})]))" "$filter" \
@@ -236,11 +239,7 @@ print(json.dumps([p.to_dict() for p in s(100, seed=7) if p.ndim == 3]))" > "$WOR
     # problems (TESTS=0: none; TESTS_K, default padded), then (SWEEP=0: not) bench/problems/unaligned_depthwise.json
     # (the seed-7 synthetic sample's 4 depthwise problems whose channel count is not a multiple of 8, and 6 more) x 3
     # directions, every default kernel and cuDNN (--oracle-only), into $WORK/padded_groups (resumes) and its report.
-    if [ "${TESTS:-1}" != 0 ]; then
-      TILEDISPATCH_TEST_REGISTRY="$WORK/test_registry" timeout "$(left)" python3 -m pytest -q -m gpu -p no:cacheprovider \
-        tests/kernels/test_gpu.py -k "${TESTS_K:-padded}" > "$WORK/logs/gpu_tests_padded_groups.txt" 2>&1
-      tail -3 "$WORK/logs/gpu_tests_padded_groups.txt"
-    fi
+    kernel_tests padded_groups padded
     [ "${SWEEP:-1}" = 0 ] || sweep padded_groups report_padded_groups "$WORK/padded_groups" \
       "Depthwise problems with a channel count not a multiple of 8: tiledispatch vs cuDNN (bf16)" \
       --problems bench/problems/unaligned_depthwise.json

@@ -46,12 +46,17 @@ def aligned(problem: ConvProblem) -> bool:
     return problem.c_per_group % CHANNEL_MULTIPLE == 0 and problem.k_per_group % CHANNEL_MULTIPLE == 0
 
 
-def work_inflation(problem: ConvProblem) -> float:
-    """How much more work the padded problem is: ``⌈C/G⌉₈·⌈K/G⌉₈ / (C/G·K/G)`` (C/G = 1: ``⌈G⌉₈ / G``)."""
-    if pads_groups(problem):
-        return round_up(problem.groups) / problem.groups
+def runs_inflation(problem: ConvProblem) -> float:
+    """``⌈C/G⌉₈·⌈K/G⌉₈ / (C/G·K/G)``: how much more work padding each group's runs would be."""
     cg, kg = problem.c_per_group, problem.k_per_group
     return round_up(cg) * round_up(kg) / (cg * kg)
+
+
+def work_inflation(problem: ConvProblem) -> float:
+    """How much more work the padded problem is: :func:`runs_inflation` (C/G = 1: ``⌈G⌉₈ / G``)."""
+    if pads_groups(problem):
+        return round_up(problem.groups) / problem.groups
+    return runs_inflation(problem)
 
 
 def padded_problem(problem: ConvProblem) -> ConvProblem:
