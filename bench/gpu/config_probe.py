@@ -19,7 +19,9 @@ fastest pipelined igemm / gmerge / gemm1x1 kernels of session 15's dev suite, H2
 non-depthwise dev-suite backward-data problem, session 23's fastest tensor-core kernels and those with a
 register budget, for ``--variants cg,cap``: each compiled as ptxas chooses and under its budget);
 ``neighbor_probe_kernels.json`` (``neighbor_probe_kernels.py``: the ``full`` neighbours of the best tensor-core kernels
-on the 2D grouped layers under 1.5× cuDNN, for ``--variants cap``: as the registry builds them).
+on the 2D grouped layers under 1.5× cuDNN, for ``--variants cap``: as the registry builds them);
+``loss_probe_kernels.json`` (the same script, ``--below 1.0 --classes 2d_grouped,3d_grouped`` on session 39's synthetic
+run: the grouped layer-directions where cuDNN is faster, all three directions, for ``--variants cap``).
 
 Usage (GPU machine): ``python bench/gpu/config_probe.py --out DIR [--kernels FILE] [--variants cg,ca]
 [--workers N]``; writes ``DIR/probe.csv``

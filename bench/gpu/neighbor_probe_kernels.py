@@ -13,9 +13,13 @@ Result (H200, session 33, ``bench/results/2026-11-29_h200_s33/neighbor_probe_cal
 layer-directions; no neighbour beat ``default``'s best by more than 1.7 %, and ``default`` already held every halo
 neighbour. Nothing was added to ``default``.
 
-Usage (CPU): ``PYTHONPATH=. python bench/gpu/neighbor_probe_kernels.py --rows DIRECTION=DIR [...] --out FILE``;
-``--rows``: per direction (fwd, bwd_weight), the dev-suite parquet folder (``td bench`` output) to take its seeds and
-speedups from (one run per direction: cuDNN's times move between runs).
+Usage (CPU): ``PYTHONPATH=. python bench/gpu/neighbor_probe_kernels.py --rows DIRECTION=DIR [...] --out FILE
+[--below SPEEDUP] [--classes CLASS,...]``; ``--rows``: per direction (fwd, bwd_data, bwd_weight), the parquet folder
+(``td bench`` output) to take its seeds and speedups from (one run per direction: cuDNN's times move between runs);
+``--below``: the speedup over cuDNN under which a layer-direction is probed (default the 1.5 target); ``--classes``:
+its problem classes (default ``2d_grouped``). ``loss_probe_kernels.json`` is ``--below 1.0 --classes
+2d_grouped,3d_grouped`` over session 39's synthetic run (``bench/results/2026-11-29_h200_s39/raw/synthetic_calls2-3``,
+all three directions): 16 layer-directions where cuDNN was faster, 436 kernels; not yet timed.
 """
 
 from __future__ import annotations
@@ -66,23 +70,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", action="append", required=True, metavar="DIRECTION=DIR")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--below", type=float, default=TARGET,
+                        help=f"keep layer-directions under this speedup over cuDNN (default {TARGET}: the target)")
+    parser.add_argument("--classes", default="2d_grouped",
+                        help="comma-separated problem classes to take layers from (default 2d_grouped)")
     args = parser.parse_args()
+    classes = [name for name in args.classes.split(",") if name]
     frames = []
     for spec in args.rows:
         direction, _, folder = spec.partition("=")
-        if direction not in ("fwd", "bwd_weight") or not folder:
-            parser.error(f"--rows: expected fwd=DIR or bwd_weight=DIR, got {spec!r}")
+        if direction not in ("fwd", "bwd_data", "bwd_weight") or not folder:
+            parser.error(f"--rows: expected fwd=DIR, bwd_data=DIR or bwd_weight=DIR, got {spec!r}")
         frame = pd.concat([pd.read_parquet(path) for path in sorted(Path(folder).glob("rows-*.parquet"))])
         frames.append(frame[frame.direction == direction])
     rows = pd.concat(frames)
-    rows = rows[(rows.status == "ok") & (rows.ndim == 2)
-                & (rows.problem_class == "2d_grouped")]
+    rows = rows[(rows.status == "ok") & rows.problem_class.isin(classes)]
     full = rule_set_names("full")
     problems: dict[str, list[list]] = {}
     for key, layer in rows.groupby("problem_key"):
         cudnn = layer[layer.family == "cudnn"].graph_us.min()
         ours = layer[layer.family != "cudnn"].sort_values("graph_us")
-        if ours.empty or cudnn / ours.graph_us.iloc[0] >= TARGET:
+        if ours.empty or cudnn / ours.graph_us.iloc[0] >= args.below:
             continue
         problem = ConvProblem.from_key(key)
         tensor = ours[ours.family.isin(["igemm", "gmerge", "gemm1x1", "gwalk", "halo"])]
@@ -94,7 +102,8 @@ def main() -> None:
                     names.add(config.name)
         problems[key] = [[name, None] for name in sorted(names)]
         print(f"{key}: cuDNN / best {cudnn / ours.graph_us.iloc[0]:.3f}, {len(names)} kernels", flush=True)
-    source = (f"per 2D grouped dev-suite layer-direction (fwd, bwd_weight) under {TARGET}x cuDNN in "
+    directions = ", ".join(spec.partition("=")[0] for spec in args.rows)
+    source = (f"per {'/'.join(classes)} layer-direction ({directions}) under {args.below}x cuDNN in "
               f"{', '.join(args.rows)}: its {SEEDS_PER_LAYER} fastest tensor-core kernels and "
               "their full-rule-set neighbours (bench/gpu/neighbor_probe_kernels.py)")
     args.out.write_text(json.dumps({"source": source, "problems": problems}, indent=1) + "\n")
