@@ -19,7 +19,7 @@ Usage (CPU): ``PYTHONPATH=. python bench/gpu/neighbor_probe_kernels.py --rows DI
 ``--below``: the speedup over cuDNN under which a layer-direction is probed (default the 1.5 target); ``--classes``:
 its problem classes (default ``2d_grouped``). ``loss_probe_kernels.json`` is ``--below 1.0 --classes
 2d_grouped,3d_grouped`` over session 39's synthetic run (``bench/results/2026-11-29_h200_s39/raw/synthetic_calls2-3``,
-all three directions): 16 layer-directions where cuDNN was faster, 436 kernels; not yet timed.
+all three directions) with ``--long-splits``: 16 layer-directions where cuDNN was faster; not yet timed.
 """
 
 from __future__ import annotations
@@ -46,10 +46,13 @@ _MERGES = (1, 2, 4, 8, 16, 32)
 _HALO_ROWS = (4, 7, 8, 14, 16, 28, 32)
 _HALO_WIDTHS = (16, 32, 64)
 _WALK_SPLITS = (4, 8, 16, 32, 64, 128)
+#: ``--long-splits``: backward-weight tensor-core splits past ``full``'s 64, at the seed's pipeline depth.
+_LONG_SPLITS = (128, 256)
 
 
-def neighbours(seed: KernelConfig) -> list[KernelConfig]:
-    """Configs one axis group away from ``seed`` (before the ``full`` and support filters)."""
+def neighbours(seed: KernelConfig, long_splits: bool = False) -> list[KernelConfig]:
+    """Configs one axis group away from ``seed`` (before the ``full`` and support filters); ``long_splits``: a
+    backward-weight igemm / gmerge / gemm1x1 seed also at :data:`_LONG_SPLITS` splits."""
     out = []
     if seed.family is Family.HALO:
         for width, rows, merge in itertools.product(_HALO_WIDTHS, _HALO_ROWS, _MERGES):
@@ -63,7 +66,16 @@ def neighbours(seed: KernelConfig) -> list[KernelConfig]:
             out.append(dataclasses.replace(seed, split_k=split, num_stages=stages))
         if seed.family is Family.GMERGE:
             out.extend(dataclasses.replace(seed, merge=merge) for merge in _MERGES[1:])
+        if long_splits and seed.direction.value == "bwd_weight":
+            out.extend(dataclasses.replace(seed, split_k=split) for split in _LONG_SPLITS)
     return out
+
+
+def in_full(config: KernelConfig, full: frozenset[str]) -> bool:
+    """``config`` is in ``full``, or is a ``full`` config at more splits than ``full`` has (``--long-splits``)."""
+    if config.split_k in _LONG_SPLITS:
+        config = dataclasses.replace(config, split_k=_SPLITS[-1])
+    return config.name in full
 
 
 def main() -> None:
@@ -74,6 +86,9 @@ def main() -> None:
                         help=f"keep layer-directions under this speedup over cuDNN (default {TARGET}: the target)")
     parser.add_argument("--classes", default="2d_grouped",
                         help="comma-separated problem classes to take layers from (default 2d_grouped)")
+    parser.add_argument("--long-splits", action="store_true",
+                        help=f"backward-weight tensor-core seeds also at {_LONG_SPLITS} splits (past full's "
+                             f"{_SPLITS[-1]})")
     args = parser.parse_args()
     classes = [name for name in args.classes.split(",") if name]
     frames = []
@@ -97,8 +112,8 @@ def main() -> None:
         seeds = [parse_kernel_name(name) for name in tensor.kernel.head(SEEDS_PER_LAYER)]
         names = {seed.name for seed in seeds}
         for seed in seeds:
-            for config in neighbours(seed):
-                if config.name in full and is_supported(problem, config):
+            for config in neighbours(seed, args.long_splits):
+                if in_full(config, full) and is_supported(problem, config):
                     names.add(config.name)
         problems[key] = [[name, None] for name in sorted(names)]
         print(f"{key}: cuDNN / best {cudnn / ours.graph_us.iloc[0]:.3f}, {len(names)} kernels", flush=True)
