@@ -3,7 +3,8 @@
     python bench/report.py RUN_DIR [RUN_DIR ...] --out bench/results/NAME --title "..."
 
 Writes ``report.md`` (per problem and direction: best kernel, its time, cuDNN's time, speedup,
-fraction of the roofline; per class: geomean speedup and median fraction; the issue's targets),
+fraction of the roofline; per class: geomean speedup and median fraction; the issue's targets; the
+problem-directions where cuDNN is faster, slowest ratio first),
 ``per_problem.csv``, ``per_class.csv`` and ``speedup_roofline.png``. Times are CUDA-graph replay
 (device time) unless the run had none; both our kernels and cuDNN use the same method.
 """
@@ -93,6 +94,12 @@ def targets(table: pd.DataFrame) -> list[tuple[str, str, float, str]]:
             for name, value, threshold in out]
 
 
+def losses(table: pd.DataFrame) -> pd.DataFrame:
+    """The problem-directions where cuDNN is faster than the best kernel (speedup < 1), lowest speedup first;
+    those without a cuDNN time are left out."""
+    return table[table["speedup"] < 1].sort_values(["speedup", "problem_key"])
+
+
 def plot(table: pd.DataFrame, path: Path, title: str) -> None:
     import matplotlib
 
@@ -156,7 +163,24 @@ def write_report(rows: pd.DataFrame, manifests: list[dict], out: Path, title: st
         lines.append(f"| {r.problem_class} | {r.direction} | {r.problems} | {r.geomean_speedup:.2f} | "
                      f"{r.min_speedup:.2f} | {r.max_speedup:.2f} | {r.median_fraction_of_roofline_ge_20us:.2f} "
                      f"({r.problems_bound_ge_20us}) | {r.cudnn_median_fraction_ge_20us:.2f} |")
-    lines += ["", "![speedup and fraction of roofline](speedup_roofline.png)", "", "## Per problem", "",
+    lines += ["", "![speedup and fraction of roofline](speedup_roofline.png)"]
+    lost = losses(table)
+    timed = int(table["speedup"].notna().sum())
+    lines += ["", "## Where cuDNN is faster", ""]
+    if lost.empty:
+        lines.append(f"Nowhere: on all {timed} problem-directions with a cuDNN time the best kernel is as fast or "
+                     "faster.")
+    else:
+        slow = int((lost["cudnn_us"] >= BOUND_FLOOR_US).sum())
+        lines += [f"{len(lost)} of {timed} problem-directions with a cuDNN time ({slow} of them where cuDNN takes "
+                  f"≥ {BOUND_FLOOR_US:g} µs), lowest speedup first:", "",
+                  "| problem | dir | class | best kernel | µs | cuDNN µs | speedup | fraction of roofline |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for _, r in lost.iterrows():
+            key = r.problem_key.split("|", 2)[2]
+            lines.append(f"| `{key}` | {r.direction} | {r.problem_class} | `{r.best_kernel}` | {r.best_us:.1f} | "
+                         f"{r.cudnn_us:.1f} | {r.speedup:.2f} | {r.fraction_of_roofline:.2f} |")
+    lines += ["", "## Per problem", "",
               "| problem | dir | class | best kernel | µs | cuDNN µs | speedup | fraction of roofline | cuDNN's |",
               "|---|---|---|---|---|---|---|---|---|"]
     for _, r in table.sort_values(["problem_class", "problem_key"]).iterrows():
