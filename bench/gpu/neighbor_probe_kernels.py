@@ -50,9 +50,8 @@ _WALK_SPLITS = (4, 8, 16, 32, 64, 128)
 _LONG_SPLITS = (128, 256)
 
 
-def neighbours(seed: KernelConfig, long_splits: bool = False) -> list[KernelConfig]:
-    """Configs one axis group away from ``seed`` (before the ``full`` and support filters); ``long_splits``: a
-    backward-weight igemm / gmerge / gemm1x1 seed also at :data:`_LONG_SPLITS` splits."""
+def neighbours(seed: KernelConfig) -> list[KernelConfig]:
+    """Configs one axis group away from ``seed`` (before the ``full`` and support filters)."""
     out = []
     if seed.family is Family.HALO:
         for width, rows, merge in itertools.product(_HALO_WIDTHS, _HALO_ROWS, _MERGES):
@@ -66,16 +65,15 @@ def neighbours(seed: KernelConfig, long_splits: bool = False) -> list[KernelConf
             out.append(dataclasses.replace(seed, split_k=split, num_stages=stages))
         if seed.family is Family.GMERGE:
             out.extend(dataclasses.replace(seed, merge=merge) for merge in _MERGES[1:])
-        if long_splits and seed.direction.value == "bwd_weight":
-            out.extend(dataclasses.replace(seed, split_k=split) for split in _LONG_SPLITS)
     return out
 
 
-def in_full(config: KernelConfig, full: frozenset[str]) -> bool:
-    """``config`` is in ``full``, or is a ``full`` config at more splits than ``full`` has (``--long-splits``)."""
-    if config.split_k in _LONG_SPLITS:
-        config = dataclasses.replace(config, split_k=_SPLITS[-1])
-    return config.name in full
+def long_split_twins(seed: KernelConfig) -> list[KernelConfig]:
+    """A backward-weight igemm / gmerge / gemm1x1 seed at :data:`_LONG_SPLITS` splits (outside ``full``, which stops
+    at 64; the seed's other fields are a ``default`` tile's)."""
+    if seed.direction.value != "bwd_weight" or seed.family not in (Family.IGEMM, Family.GMERGE, Family.GEMM1X1):
+        return []
+    return [dataclasses.replace(seed, split_k=split) for split in _LONG_SPLITS]
 
 
 def main() -> None:
@@ -112,9 +110,10 @@ def main() -> None:
         seeds = [parse_kernel_name(name) for name in tensor.kernel.head(SEEDS_PER_LAYER)]
         names = {seed.name for seed in seeds}
         for seed in seeds:
-            for config in neighbours(seed, args.long_splits):
-                if in_full(config, full) and is_supported(problem, config):
-                    names.add(config.name)
+            candidates = [c for c in neighbours(seed) if c.name in full]
+            if args.long_splits:
+                candidates += long_split_twins(seed)
+            names.update(c.name for c in candidates if is_supported(problem, c))
         problems[key] = [[name, None] for name in sorted(names)]
         print(f"{key}: cuDNN / best {cudnn / ours.graph_us.iloc[0]:.3f}, {len(names)} kernels", flush=True)
     directions = ", ".join(spec.partition("=")[0] for spec in args.rows)
