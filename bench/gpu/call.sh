@@ -27,7 +27,7 @@
 #             DIRS (default 'fwd bwd_data'), KINDS; into $WORK/halo_{refresh,strided}_KIND_DIR.
 #   new:      refresh's completion half alone (DIRS default 'fwd bwd_data', KINDS), from a registry of only the
 #             new_kernels ($WORK/registry_new; BUILD=0 skips the default build this mode does not need).
-#   configs:  bench/gpu/config_probe.py on PROBE_KERNELS (default stages_probe_kernels.json), as built (PROBE_VARIANTS,
+#   configs:  bench/gpu/config_probe.py on PROBE_KERNELS (default stages_probe_kernels.json; several: space-separated), as built (PROBE_VARIANTS,
 #             default cg; cg,cap: also under the register budget), into $WORK/config_probe.
 #   l1:       bench/gpu/config_probe.py (tensor-core kernels with their cp.async cached in L1 too) into $WORK/l1_probe.
 #   held:     bench/gpu/held_probe.py into $WORK/held_probe (its own registry, /tmp/held_registry), then Nsight
@@ -345,7 +345,9 @@ print(json.dumps([p.to_dict() for p in l(sys.argv[1], [sys.argv[2]], 'fp16')[:in
     done
     ;;
   configs)
-    timeout "$(left)" python3 bench/gpu/config_probe.py --out "$WORK/config_probe" --kernels "bench/gpu/${PROBE_KERNELS:-stages_probe_kernels.json}" \
+    kernel_lists=()
+    for list in ${PROBE_KERNELS:-stages_probe_kernels.json}; do kernel_lists+=(--kernels "bench/gpu/$list"); done
+    timeout "$(left)" python3 bench/gpu/config_probe.py --out "$WORK/config_probe" "${kernel_lists[@]}" \
       --variants "${PROBE_VARIANTS:-cg}" > "$WORK/logs/config_probe.txt" 2>&1
     echo "configs rc $?"; grep -c " ok " "$WORK/logs/config_probe.txt"; head -2 "$WORK/logs/config_probe.txt"
     ;;

@@ -120,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--binaries", type=Path, default=Path("/tmp/l1_probe_bin"))
-    parser.add_argument("--kernels", type=Path, default=HERE / "l1_probe_kernels.json")
+    parser.add_argument("--kernels", type=Path, action="append",
+                        help="a kernel list (JSON: problems -> [[kernel, null], ...]); repeat to probe several in one "
+                             "run (default l1_probe_kernels.json)")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"a subset of {','.join(VARIANTS)}")
     args = parser.parse_args(argv)
     variants = tuple(v for v in args.variants.split(",") if v)
@@ -134,7 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     from tiledispatch.native.configs import parse_kernel_name
     from tiledispatch.native.problem import ConvProblem
 
-    problems = json.loads(args.kernels.read_text())["problems"]
+    problems: dict[str, list] = {}
+    for path in args.kernels or [HERE / "l1_probe_kernels.json"]:
+        for key, kernels in json.loads(path.read_text())["problems"].items():
+            problems.setdefault(key, []).extend(kernels)
     names = sorted({name for rows in problems.values() for name, _ in rows})
     started = time.time()
     with ProcessPoolExecutor(max_workers=args.workers, mp_context=get_context("spawn")) as pool:

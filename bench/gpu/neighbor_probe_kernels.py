@@ -14,12 +14,16 @@ layer-directions; no neighbour beat ``default``'s best by more than 1.7 %, and `
 neighbour. Nothing was added to ``default``.
 
 Usage (CPU): ``PYTHONPATH=. python bench/gpu/neighbor_probe_kernels.py --rows DIRECTION=DIR [...] --out FILE
-[--below SPEEDUP] [--classes CLASS,...]``; ``--rows``: per direction (fwd, bwd_data, bwd_weight), the parquet folder
+[--below SPEEDUP] [--classes CLASS,...] [--long-splits also|only]``;
+``--rows``: per direction (fwd, bwd_data, bwd_weight), the parquet folder
 (``td bench`` output) to take its seeds and speedups from (one run per direction: cuDNN's times move between runs);
 ``--below``: the speedup over cuDNN under which a layer-direction is probed (default the 1.5 target); ``--classes``:
 its problem classes (default ``2d_grouped``). ``loss_probe_kernels.json`` is ``--below 1.0 --classes
 2d_grouped,3d_grouped`` over session 39's synthetic run (``bench/results/2026-11-29_h200_s39/raw/synthetic_calls2-3``,
-all three directions) with ``--long-splits``: 16 layer-directions where cuDNN was faster; not yet timed.
+all three directions) with ``--long-splits also``: 16 layer-directions where cuDNN was faster.
+``dev_long_split_probe_kernels.json`` is ``--long-splits only`` over session 34's dev-suite backward-weight run
+(``bench/results/2026-11-29_h200_s34/raw/dev_suite_bwd_weight_call1``, ``--below 1.5``): the seeds and their 128 / 256
+split twins alone (session 33 timed their ``full`` neighbours).
 """
 
 from __future__ import annotations
@@ -84,9 +88,9 @@ def main() -> None:
                         help=f"keep layer-directions under this speedup over cuDNN (default {TARGET}: the target)")
     parser.add_argument("--classes", default="2d_grouped",
                         help="comma-separated problem classes to take layers from (default 2d_grouped)")
-    parser.add_argument("--long-splits", action="store_true",
+    parser.add_argument("--long-splits", choices=("also", "only"),
                         help=f"backward-weight tensor-core seeds also at {_LONG_SPLITS} splits (past full's "
-                             f"{_SPLITS[-1]})")
+                             f"{_SPLITS[-1]}); only: the seeds and those alone, not the full neighbours")
     args = parser.parse_args()
     classes = [name for name in args.classes.split(",") if name]
     frames = []
@@ -110,7 +114,7 @@ def main() -> None:
         seeds = [parse_kernel_name(name) for name in tensor.kernel.head(SEEDS_PER_LAYER)]
         names = {seed.name for seed in seeds}
         for seed in seeds:
-            candidates = [c for c in neighbours(seed) if c.name in full]
+            candidates = [] if args.long_splits == "only" else [c for c in neighbours(seed) if c.name in full]
             if args.long_splits:
                 candidates += long_split_twins(seed)
             names.update(c.name for c in candidates if is_supported(problem, c))
