@@ -17,7 +17,15 @@ next row in registers, session 19's best; two or four: 3 and 4) and ``vec`` and 
 thread tiles cover the program once (``RUNS · BLOCK_N = 32 · warps · vec``) and whose live values stay under
 ``MAX_PROBE_VALUES`` (the probe may exceed ``full``'s 160: ptxas decides), and that support the layer.
 
-Usage (CPU): ``PYTHONPATH=. python bench/gpu/dwrun7_probe_kernels.py --out bench/gpu/dwrun7_probe_kernels.json``.
+Result (H200, session 40, ``bench/results/2026-11-29_h200_s40/dwrun7_probe``): one-warp programs with runs of 3 win
+on all six layer-directions: n32 c96 56×56 forward 60.0 → 51.6 µs (``default``'s best in the same run; cuDNN 73.3),
+c384 14×14 forward 31.5 → 19.3 (cuDNN 23.8), backward-data 1.14–1.60×; shared-memory channel pairs come within
+3–12 %, never first. The follow-ups, ``--with-default`` (``default``'s dwrun and dwrow kernels in the same run):
+``dwrun3_w1_probe_kernels.json`` (``--height 3 --directions fwd,bwd_data,bwd_weight --warps 1``) and
+``dwrun7_w1_weight_probe_kernels.json`` (``--height 7 --directions bwd_weight --warps 1``).
+
+Usage (CPU): ``PYTHONPATH=. python bench/gpu/dwrun7_probe_kernels.py --out FILE [--height 3|7] [--directions
+fwd,bwd_data,bwd_weight] [--warps 1,2,4,8] [--with-default]``; the defaults write ``dwrun7_probe_kernels.json``.
 """
 
 from __future__ import annotations
@@ -27,42 +35,48 @@ import itertools
 import json
 from pathlib import Path
 
-from tiledispatch.native.configs import ConfigError, DType, Family, KernelConfig
+from tiledispatch.native.configs import ConfigError, DType, Family, KernelConfig, parse_kernel_name
 from tiledispatch.native.problem import ConvProblem, Direction
-from tiledispatch.native.rules import dwrun_live_values
+from tiledispatch.native.rules import dwrun_live_values, rule_set_names
 from tiledispatch.native.support import is_supported
 
 #: fp32 live values a thread may hold in the probe (``full`` keeps ≤ 160).
 MAX_PROBE_VALUES = 180
-_LAYERS = (  # (batch, channels, size): the dev suite's 7×7 layer, ConvNeXt-T stage 2 and 3 at batch 32
-    (32, 96, 56),
-    (32, 192, 28),
-    (32, 384, 14),
-)
+#: (batch, channels, size) by filter height: 7: the dev suite's 7×7 layer, ConvNeXt-T stages 2 and 3 at batch 32;
+#: 3: the dev suite's 3×3 layer and MobileNetV2's 28², 14² and 7² ones at batch 32.
+LAYERS = {
+    7: ((32, 96, 56), (32, 192, 28), (32, 384, 14)),
+    3: ((32, 144, 56), (32, 192, 28), (32, 576, 14), (32, 960, 7)),
+}
+#: backward-weight: ``default``'s dwrun splits up to 64.
+WEIGHT_SPLITS = (16, 32, 64)
 
 
-def problems() -> list[ConvProblem]:
+def problems(height: int, directions: list[Direction]) -> list[ConvProblem]:
     out = []
-    for direction, (batch, channels, size) in itertools.product(
-            (Direction.FORWARD, Direction.BACKWARD_DATA), _LAYERS):
-        key = (f"{direction.value}|bf16|2d|n{batch}|g{channels}|c{channels}|k{channels}|in{size}x{size}|f7x7|s1x1|"
-               "d1x1|pb3x3|pe3x3")
+    pad = height // 2
+    for direction, (batch, channels, size) in itertools.product(directions, LAYERS[height]):
+        key = (f"{direction.value}|bf16|2d|n{batch}|g{channels}|c{channels}|k{channels}|in{size}x{size}|"
+               f"f{height}x{height}|s1x1|d1x1|pb{pad}x{pad}|pe{pad}x{pad}")
         out.append(ConvProblem.from_key(key))
     return out
 
 
-def configs(direction: Direction) -> list[KernelConfig]:
+def configs(direction: Direction, height: int, warp_counts: tuple[int, ...]) -> list[KernelConfig]:
+    weight = direction is Direction.BACKWARD_WEIGHT
     out = []
-    for run, block_n, warps, stages, vec in itertools.product(
-            range(1, 9), (16, 32, 64), (1, 2, 4, 8), (2, 3, 4), (1, 2, 4)):
-        if (stages >= 3) != (vec >= 2):  # shared-memory rows need vec >= 2; vec >= 2 at 1-2 stages: session 22
-            continue
+    for run, block_n, warps, stages, vec, split in itertools.product(
+            range(1, 9), (16, 32, 64), warp_counts, (1, 2) if weight else (2, 3, 4), (1,) if weight else (1, 2, 4),
+            WEIGHT_SPLITS if weight else (1,)):
+        if not weight and (stages >= 3) != (vec >= 2):  # rows in shared memory need vec >= 2; vec >= 2 at 2 stages:
+            continue                                     # session 22
         runs, rest = divmod(32 * warps * vec, block_n)
         if rest or runs < 1 or runs & (runs - 1):
             continue
         try:
-            config = KernelConfig(direction, DType.BF16, 2, Family.DWRUN, block_m=run, block_n=block_n, block_k=7,
-                                  num_warps=warps, num_stages=stages, group_m=runs, vec=vec)
+            config = KernelConfig(direction, DType.BF16, 2, Family.DWRUN, block_m=run,
+                                  block_n=block_n, block_k=height, num_warps=warps, num_stages=stages, group_m=runs,
+                                  split_k=split, vec=vec)
         except ConfigError:
             continue
         if dwrun_live_values(config) <= MAX_PROBE_VALUES:
@@ -73,14 +87,28 @@ def configs(direction: Direction) -> list[KernelConfig]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--height", type=int, choices=sorted(LAYERS), default=7)
+    parser.add_argument("--directions", default="fwd,bwd_data", help="comma-separated (default fwd,bwd_data)")
+    parser.add_argument("--warps", default="1,2,4,8", help="comma-separated warp counts (default 1,2,4,8)")
+    parser.add_argument("--with-default", action="store_true",
+                        help="also default's dwrun and dwrow kernels that run each layer (the baseline, same run)")
     args = parser.parse_args()
+    directions = [Direction(name) for name in args.directions.split(",") if name]
+    warp_counts = tuple(int(count) for count in args.warps.split(",") if count)
+    default = [parse_kernel_name(name) for name in sorted(rule_set_names("default"))
+               if "_dwrun_" in name or "_dwrow_" in name] if args.with_default else []
     listed: dict[str, list[list]] = {}
-    for problem in problems():
-        names = sorted(c.name for c in configs(problem.direction) if is_supported(problem, c))
+    for problem in problems(args.height, directions):
+        names = {c.name for c in configs(problem.direction, args.height, warp_counts) if is_supported(problem, c)}
+        if args.with_default:
+            names.update(c.name for c in default if c.direction is problem.direction and is_supported(problem, c))
+        names = sorted(names)
         listed[problem.key] = [[name, None] for name in names]
         print(f"{problem.key}: {len(names)} kernels", flush=True)
-    source = ("7x7 depthwise forward / backward-data dwrun tiles (runs 1-8, 1-8 warps, 2-4 stages, vec 1/2/4) on the "
-              "dev suite's 7x7 layer and two ConvNeXt-shaped ones (bench/gpu/dwrun7_probe_kernels.py)")
+    source = (f"{args.height}x{args.height} depthwise {'/'.join(d.value for d in directions)} dwrun tiles (runs 1-8, "
+              f"{'/'.join(map(str, warp_counts))} warps, stages, vec) on the layers of LAYERS[{args.height}] "
+              f"(bench/gpu/dwrun7_probe_kernels.py --height {args.height} --directions {args.directions} "
+              f"--warps {args.warps}{' --with-default' if args.with_default else ''})")
     args.out.write_text(json.dumps({"source": source, "problems": listed}, indent=1) + "\n")
     print(f"{sum(len(v) for v in listed.values())} (problem, kernel) pairs, "
           f"{len({n for v in listed.values() for n, _ in v})} kernels -> {args.out}")
