@@ -63,9 +63,9 @@ _DWROLL_FILTER_HEIGHTS = (3, 5, 7)
 #: checked for every tile of ``full`` with F = 3, 5, 7; at the limits 217-250 registers).
 MAX_DWROLL_DATA_VALUES = 128
 MAX_DWROLL_WEIGHT_VALUES = 160
-#: dwrun: output columns a thread owns (block_m; 7 and 14 tile the 56-, 28-, 14- and 7-wide rows exactly), runs a
-#: program walks side by side (group_m).
-_DWRUN_RUN = (4, 7, 8, 14, 16)
+#: dwrun: output columns a thread owns (block_m; 7 and 14 tile the 56-, 28-, 14- and 7-wide rows exactly; the short
+#: runs 2, 3 and 5 for one-warp programs, session 40), runs a program walks side by side (group_m).
+_DWRUN_RUN = (2, 3, 4, 5, 7, 8, 14, 16)
 _DWRUN_RUNS = (1, 2, 4, 8, 16, 32)
 
 
@@ -391,10 +391,14 @@ DWROW_SCALAR_WEIGHT_TILES = {
 #: (bench/results/2026-11-27_h200_s19/dwrun_probe: the dev suite's and the e2e models' layers), and their 5×5
 #: siblings. 7×7 takes runs of 4 columns (150 registers, 3 programs per SM; runs of 7 need 251), 3×3 and 5×5 runs of
 #: 7 (96-146 registers) and a 14-column run for 28-wide rows. 3D: the 3×3×3 tiles.
+#: One-warp tiles (session 40, ``bench/results/2026-11-29_h200_s40/dwrun_w1_probe``): on the 14- and 7-wide MobileNetV2
+#: and ConvNeXt layers at batch 32 they beat every earlier dwrun and dwrow tile by 7-11 % (c576 14×14 3×3 14.3 → 13.1
+#: µs, c384 14×14 7×7 28.4 → 25.6); on the 56-wide layers they lose (0.42-0.67×) and the earlier tiles stay.
 DWRUN_WEIGHT_TILES = {
-    3: ((7, 128, 4, 2, 1), (7, 32, 4, 2, 4), (7, 16, 4, 2, 8), (7, 16, 8, 2, 16), (14, 32, 2, 1, 2)),
+    3: ((7, 128, 4, 2, 1), (7, 32, 4, 2, 4), (7, 16, 4, 2, 8), (7, 16, 8, 2, 16), (14, 32, 2, 1, 2), (7, 16, 1, 1, 2),
+        (7, 32, 1, 2, 1)),
     5: ((7, 32, 2, 2, 2), (7, 16, 4, 2, 8), (4, 16, 4, 2, 8), (7, 128, 4, 2, 1)),
-    7: ((4, 16, 2, 2, 4), (4, 16, 4, 2, 8), (4, 32, 2, 2, 2), (7, 32, 2, 2, 2)),
+    7: ((4, 16, 2, 2, 4), (4, 16, 4, 2, 8), (4, 32, 2, 2, 2), (7, 32, 2, 2, 2), (7, 16, 1, 2, 2)),
 }
 DWRUN_SPLITS = (16, 32, 64, 128)
 #: dwrun backward-weight's unsplit 3×3 path in ``default`` (for CI's compile check): (run, block_n, warps, runs);
@@ -410,10 +414,16 @@ DWRUN_WEIGHT_UNSPLIT_TILE = (7, 32, 4, 4)
 #: 12 layer-directions of the session-27 probe (bench/results/2026-11-28_h200_s27/dwrun_stages_probe; dev suite,
 #: MobileNetV2 at batch 32 and 128): 1.02-1.29x the earlier default's best (n128 c144 56x56: 104 -> 81 us), cuDNN's
 #: 1.04-2.49x.
+#: One-warp programs (session 40, H200, bench/results/2026-11-29_h200_s40/dwrun7_probe and dwrun_w1_probe; each tile
+#: timed beside default's dwrun / dwrow kernels and cuDNN in one run): the greedy cover within 3 % of the best on 14
+#: layer-directions (the dev suite's 3x3 and 7x7 layers, MobileNetV2 c192 28x28 / c576 14x14 / c960 7x7, ConvNeXt-T
+#: c192 28x28 / c384 14x14 at batch 32): 3x3 1.12-1.65x the earlier best, 7x7 1.14-1.63x (n32 c96 56x56 forward
+#: 60.0 -> 51.6 us, cuDNN 73.3).
 DWRUN_DATA_TILES = {
     3: ((8, 16, 2, 2, 4, 1), (14, 16, 4, 1, 8, 1), (8, 64, 4, 1, 2, 1), (7, 16, 4, 2, 16, 2), (4, 32, 2, 2, 4, 2),
-        (4, 32, 2, 4, 8, 4), (4, 32, 4, 4, 16, 4), (4, 32, 2, 3, 4, 2), (4, 32, 4, 2, 16, 4)),
-    7: ((4, 16, 2, 2, 4, 1), (4, 16, 2, 1, 4, 1), (4, 128, 4, 1, 1, 1)),
+        (4, 32, 2, 4, 8, 4), (4, 32, 4, 4, 16, 4), (4, 32, 2, 3, 4, 2), (4, 32, 4, 2, 16, 4),
+        (4, 64, 1, 3, 2, 4), (2, 32, 1, 4, 4, 4), (3, 64, 1, 4, 1, 2), (5, 32, 1, 3, 4, 4)),
+    7: ((4, 16, 2, 2, 4, 1), (4, 16, 2, 1, 4, 1), (4, 128, 4, 1, 1, 1), (3, 32, 1, 2, 1, 1)),
 }
 
 
