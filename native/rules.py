@@ -454,6 +454,12 @@ SPLIT_K_DATA_SPLITS = (4, 8, 16)
 #: 37.7 MB).
 WEIGHT_EXTRA_SPLIT_TILES = ((64, 32, 64), (64, 64, 64), (64, 128, 64), (128, 64, 64))
 WEIGHT_EXTRA_SPLITS = (8, 64)
+#: gmerge backward-weight also at 64 splits, every default gmerge tile (merges 2-16, its default stages): on grouped
+#: layers with few, narrow groups and long reductions a merged program at 16 splits still walks hundreds of steps in
+#: series. H200, session 40 (bench/results/2026-11-29_h200_s40/loss_probe, each beside default's kernels and cuDNN in
+#: one run): n143 g4 c64 64x64 1x3 150.9 -> 64.1 us (64x32x64, 4 stages, merge 4; cuDNN 49.9), 3D n3 g13 c78 -> 26
+#: 30x37x37 1x3x3 286.9 -> 224.7 (64x64x32 v1, merge 8; cuDNN 244.1). 128 and 256 splits lost on every layer.
+GMERGE_WEIGHT_LONG_SPLIT = 64
 
 #: Pipeline stages of the v8 tensor-core tiles of ``default`` per BLOCK_K: keep enough bytes in flight.
 PIPELINE_DEPTH = {16: 5, 32: 4, 64: 3, 128: 2}
@@ -691,11 +697,13 @@ def _default_rule(config: KernelConfig) -> bool:
         return False
     if c.split_k > 1 and c.direction is not Direction.BACKWARD_WEIGHT:
         return _default_split_data_rule(c)
-    if c.split_k in WEIGHT_EXTRA_SPLITS and c.direction is Direction.BACKWARD_WEIGHT:
+    gmerge_long = (c.family is Family.GMERGE and c.direction is Direction.BACKWARD_WEIGHT
+                   and c.split_k == GMERGE_WEIGHT_LONG_SPLIT)
+    if c.split_k in WEIGHT_EXTRA_SPLITS and c.direction is Direction.BACKWARD_WEIGHT and not gmerge_long:
         return ((c.family is Family.IGEMM or (c.family is Family.GEMM1X1 and c.ndim == 2))
                 and (c.block_m, c.block_n, c.block_k) in WEIGHT_EXTRA_SPLIT_TILES and c.num_warps == 4
                 and c.num_stages == 3 and c.group_m == 8 and c.vec == 8 and not c.index64 and c.dtype is not DType.FP32)
-    if c.group_m != 8 or c.split_k not in (1, 4, 16):
+    if c.group_m != 8 or (c.split_k not in (1, 4, 16) and not gmerge_long):
         return False
     if c.num_stages == 1:
         # Not pipelined: plain loads, cached in L1, where the filter taps' overlapping activation rows

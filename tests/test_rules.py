@@ -287,7 +287,7 @@ def test_default_backward_weight_extra_splits_are_few_aligned_tensor_core_tiles(
     from tiledispatch.native.rules import WEIGHT_EXTRA_SPLIT_TILES, WEIGHT_EXTRA_SPLITS
 
     weight = [c for c in rule_set_configs("default") if c.direction is Direction.BACKWARD_WEIGHT
-              and c.family in (Family.IGEMM, Family.GMERGE, Family.GEMM1X1) and not c.pad_channels]
+              and c.family in (Family.IGEMM, Family.GEMM1X1) and not c.pad_channels]
     extra = [c for c in weight if c.split_k not in (1, 4, 16)]
     assert {c.split_k for c in extra} == set(WEIGHT_EXTRA_SPLITS)
     assert {(c.block_m, c.block_n, c.block_k) for c in extra} == set(WEIGHT_EXTRA_SPLIT_TILES)
@@ -295,6 +295,22 @@ def test_default_backward_weight_extra_splits_are_few_aligned_tensor_core_tiles(
                and c.dtype is not DType.FP32 for c in extra)
     assert {(c.family, c.ndim) for c in extra} == {(Family.IGEMM, 2), (Family.IGEMM, 3), (Family.GEMM1X1, 2)}
     assert len(extra) == len(WEIGHT_EXTRA_SPLIT_TILES) * len(WEIGHT_EXTRA_SPLITS) * 2 * 3  # 2 dtypes, 3 (family, ndim)
+
+
+def test_default_gmerge_backward_weight_long_split_twins_every_16_split_tile():
+    """gmerge backward-weight in default: splits 1, 4, 16 and GMERGE_WEIGHT_LONG_SPLIT, the long-split kernels
+    exactly the 16-split ones at the longer split (same tile, stages, merge, vec, dtype, ndim); no other direction
+    holds it."""
+    import dataclasses
+
+    from tiledispatch.native.rules import GMERGE_WEIGHT_LONG_SPLIT
+
+    gmerge = [c for c in rule_set_configs("default") if c.family is Family.GMERGE]
+    weight = [c for c in gmerge if c.direction is Direction.BACKWARD_WEIGHT]
+    assert {c.split_k for c in weight} == {1, 4, 16, GMERGE_WEIGHT_LONG_SPLIT}
+    sixteen = {dataclasses.replace(c, split_k=GMERGE_WEIGHT_LONG_SPLIT) for c in weight if c.split_k == 16}
+    assert sixteen and {c for c in weight if c.split_k == GMERGE_WEIGHT_LONG_SPLIT} == sixteen
+    assert all(c.split_k != GMERGE_WEIGHT_LONG_SPLIT for c in gmerge if c.direction is not Direction.BACKWARD_WEIGHT)
 
 
 def test_default_channel_padded_kernels_are_twins_of_default_v8_tiles():

@@ -21,7 +21,10 @@ register budget, for ``--variants cg,cap``: each compiled as ptxas chooses and u
 ``neighbor_probe_kernels.json`` (``neighbor_probe_kernels.py``: the ``full`` neighbours of the best tensor-core kernels
 on the 2D grouped layers under 1.5× cuDNN, for ``--variants cap``: as the registry builds them);
 ``loss_probe_kernels.json`` (the same script, ``--below 1.0 --classes 2d_grouped,3d_grouped`` on session 39's synthetic
-run: the grouped layer-directions where cuDNN is faster, all three directions, for ``--variants cap``).
+run: the grouped layer-directions where cuDNN is faster, all three directions, for ``--variants cap``);
+``dev_long_split_probe_kernels.json`` (the same script's ``--long-splits only``); ``dwrun7_probe_kernels.json``,
+``dwrun3_w1_probe_kernels.json``, ``dwrun7_w1_weight_probe_kernels.json`` (``dwrun7_probe_kernels.py``: depthwise
+``dwrun`` tiles outside ``default``). ``--kernels`` repeats: several lists in one run.
 
 Usage (GPU machine): ``python bench/gpu/config_probe.py --out DIR [--kernels FILE] [--variants cg,ca]
 [--workers N]``; writes ``DIR/probe.csv``

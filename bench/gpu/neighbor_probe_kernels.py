@@ -24,6 +24,11 @@ all three directions) with ``--long-splits also``: 16 layer-directions where cuD
 ``dev_long_split_probe_kernels.json`` is ``--long-splits only`` over session 34's dev-suite backward-weight run
 (``bench/results/2026-11-29_h200_s34/raw/dev_suite_bwd_weight_call1``, ``--below 1.5``): the seeds and their 128 / 256
 split twins alone (session 33 timed their ``full`` neighbours).
+
+Result of both (H200, session 40, ``bench/results/2026-11-29_h200_s40/loss_probe``): 128 and 256 splits lost on every
+layer (0.37-0.48x the best ``default`` kernel on the dev suite's); gmerge backward-weight at 64 splits won n143 g4 c64
+64x64 1x3 (150.9 -> 63.4 us, cuDNN 49.9) and 3D n3 g13 1x3x3 (286.9 -> 224.7, cuDNN 244.1), and ``default`` now holds
+it (``rules.GMERGE_WEIGHT_LONG_SPLIT``); the other neighbours were within 0-6 %.
 """
 
 from __future__ import annotations
