@@ -24,7 +24,8 @@ on the 2D grouped layers under 1.5× cuDNN, for ``--variants cap``: as the regis
 run: the grouped layer-directions where cuDNN is faster, all three directions, for ``--variants cap``);
 ``dev_long_split_probe_kernels.json`` (the same script's ``--long-splits only``); ``dwrun7_probe_kernels.json``,
 ``dwrun3_w1_probe_kernels.json``, ``dwrun7_w1_weight_probe_kernels.json`` (``dwrun7_probe_kernels.py``: depthwise
-``dwrun`` tiles outside ``default``). ``--kernels`` repeats: several lists in one run.
+``dwrun`` tiles outside ``default``); ``warp_twin_probe_kernels.json`` (``warp_twin_probe_kernels.py``: the
+lowest-roofline layers' CUDA-core kernels at 1-8 warps). ``--kernels`` repeats: several lists in one run.
 
 Usage (GPU machine): ``python bench/gpu/config_probe.py --out DIR [--kernels FILE] [--variants cg,ca]
 [--workers N]``; writes ``DIR/probe.csv``
