@@ -22,7 +22,8 @@ on all six layer-directions: n32 c96 56×56 forward 60.0 → 51.6 µs (``default
 c384 14×14 forward 31.5 → 19.3 (cuDNN 23.8), backward-data 1.14–1.60×; shared-memory channel pairs come within
 3–12 %, never first. The follow-ups, ``--with-default`` (``default``'s dwrun and dwrow kernels in the same run):
 ``dwrun3_w1_probe_kernels.json`` (``--height 3 --directions fwd,bwd_data,bwd_weight --warps 1``) and
-``dwrun7_w1_weight_probe_kernels.json`` (``--height 7 --directions bwd_weight --warps 1``).
+``dwrun7_w1_weight_probe_kernels.json`` (``--height 7 --directions bwd_weight --warps 1``), both generated at commit
+``bfc2f06``, before ``default`` took the one-warp tiles (run now, ``--with-default`` adds their 128-split kernels).
 
 Usage (CPU): ``PYTHONPATH=. python bench/gpu/dwrun7_probe_kernels.py --out FILE [--height 3|7] [--directions
 fwd,bwd_data,bwd_weight] [--warps 1,2,4,8] [--with-default]``; the defaults write ``dwrun7_probe_kernels.json``.
@@ -32,8 +33,9 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 from pathlib import Path
+
+from probe_lists import write_probe_list
 
 from tiledispatch.native.configs import ConfigError, DType, Family, KernelConfig, parse_kernel_name
 from tiledispatch.native.problem import ConvProblem, Direction
@@ -97,21 +99,18 @@ def main() -> None:
     warp_counts = tuple(int(count) for count in args.warps.split(",") if count)
     default = [parse_kernel_name(name) for name in sorted(rule_set_names("default"))
                if "_dwrun_" in name or "_dwrow_" in name] if args.with_default else []
-    listed: dict[str, list[list]] = {}
+    listed: dict[str, list[str]] = {}
     for problem in problems(args.height, directions):
         names = {c.name for c in configs(problem.direction, args.height, warp_counts) if is_supported(problem, c)}
         if args.with_default:
             names.update(c.name for c in default if c.direction is problem.direction and is_supported(problem, c))
-        names = sorted(names)
-        listed[problem.key] = [[name, None] for name in names]
+        listed[problem.key] = sorted(names)
         print(f"{problem.key}: {len(names)} kernels", flush=True)
     source = (f"{args.height}x{args.height} depthwise {'/'.join(d.value for d in directions)} dwrun tiles (runs 1-8, "
               f"{'/'.join(map(str, warp_counts))} warps, stages, vec) on the layers of LAYERS[{args.height}] "
               f"(bench/gpu/dwrun7_probe_kernels.py --height {args.height} --directions {args.directions} "
               f"--warps {args.warps}{' --with-default' if args.with_default else ''})")
-    args.out.write_text(json.dumps({"source": source, "problems": listed}, indent=1) + "\n")
-    print(f"{sum(len(v) for v in listed.values())} (problem, kernel) pairs, "
-          f"{len({n for v in listed.values() for n, _ in v})} kernels -> {args.out}")
+    write_probe_list(args.out, source, listed)
 
 
 if __name__ == "__main__":

@@ -36,10 +36,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
-import json
 from pathlib import Path
 
 import pandas as pd
+from probe_lists import write_probe_list
 
 from tiledispatch.native.configs import Family, KernelConfig, parse_kernel_name
 from tiledispatch.native.problem import ConvProblem
@@ -108,7 +108,7 @@ def main() -> None:
     rows = pd.concat(frames)
     rows = rows[(rows.status == "ok") & rows.problem_class.isin(classes)]
     full = rule_set_names("full")
-    problems: dict[str, list[list]] = {}
+    problems: dict[str, list[str]] = {}
     for key, layer in rows.groupby("problem_key"):
         cudnn = layer[layer.family == "cudnn"].graph_us.min()
         ours = layer[layer.family != "cudnn"].sort_values("graph_us")
@@ -123,15 +123,13 @@ def main() -> None:
             if args.long_splits:
                 candidates += long_split_twins(seed)
             names.update(c.name for c in candidates if is_supported(problem, c))
-        problems[key] = [[name, None] for name in sorted(names)]
+        problems[key] = sorted(names)
         print(f"{key}: cuDNN / best {cudnn / ours.graph_us.iloc[0]:.3f}, {len(names)} kernels", flush=True)
     directions = ", ".join(spec.partition("=")[0] for spec in args.rows)
     source = (f"per {'/'.join(classes)} layer-direction ({directions}) under {args.below}x cuDNN in "
               f"{', '.join(args.rows)}: its {SEEDS_PER_LAYER} fastest tensor-core kernels and "
               "their full-rule-set neighbours (bench/gpu/neighbor_probe_kernels.py)")
-    args.out.write_text(json.dumps({"source": source, "problems": problems}, indent=1) + "\n")
-    print(f"{sum(len(v) for v in problems.values())} (problem, kernel) pairs, "
-          f"{len({n for v in problems.values() for n, _ in v})} kernels -> {args.out}")
+    write_probe_list(args.out, source, problems)
 
 
 if __name__ == "__main__":

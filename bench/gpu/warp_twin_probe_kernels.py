@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from pathlib import Path
 
 import pandas as pd
+from probe_lists import write_probe_list
 
 from tiledispatch.native.configs import ConfigError, KernelConfig, parse_kernel_name
 from tiledispatch.native.problem import ConvProblem
@@ -80,7 +80,7 @@ def main() -> None:
     args = parser.parse_args()
     rows = pd.concat([pd.read_parquet(path) for path in sorted(args.rows.glob("rows-*.parquet"))])
     rows = rows[rows.status == "ok"]
-    problems: dict[str, list[list]] = {}
+    problems: dict[str, list[str]] = {}
     for key, layer in rows.groupby("problem_key"):
         ours = layer[~layer.family.str.startswith("cudnn")].sort_values("graph_us")
         if ours.empty:
@@ -101,15 +101,13 @@ def main() -> None:
                     continue
                 names.add(config.name)
         if names:
-            problems[key] = [[name, None] for name in sorted(names)]
+            problems[key] = sorted(names)
             print(f"{key}: fraction {fraction:.3f}, {len(names)} kernels", flush=True)
     source = (f"per layer-direction of {args.rows} under {args.below} of the roofline "
               f"(bound >= {args.min_bound_us} us): its {SEEDS_PER_LAYER} fastest CUDA-core kernels and their twins "
               f"at {WARP_COUNTS} warps, elements a thread kept{', spill-free' if args.compile_check else ''} "
               "(bench/gpu/warp_twin_probe_kernels.py)")
-    args.out.write_text(json.dumps({"source": source, "problems": problems}, indent=1) + "\n")
-    print(f"{sum(len(v) for v in problems.values())} (problem, kernel) pairs, "
-          f"{len({n for v in problems.values() for n, _ in v})} kernels -> {args.out}")
+    write_probe_list(args.out, source, problems)
 
 
 if __name__ == "__main__":
