@@ -348,16 +348,21 @@ DWROW_SCALAR_GPU_TILES = ((8, 64, 3, 8, 1, 1), (8, 32, 3, 4, 2, 16), (4, 64, 5, 
 #: dwrun GPU-test kernels (run, runs, block_n, filter height, warps, num_stages, split_k): unsplit and split up to 128,
 #: plain and loading a step ahead, 1 to 8 warps, runs of 4 to 14 columns, every filter height; under a register
 #: budget (dwrun.run_register_budget): backward-weight's 4×16×7 / 4 warps and 7×16×3 / 8 warps, the data directions'
-#: 14×16×3 / 4 warps and 8×16×3 / 2 warps.
+#: 14×16×3 / 4 warps and 8×16×3 / 2 warps; and session 40's one-warp tiles of default (7×7 runs of 3, backward-weight's
+#: 3×3 runs of 7 on 16 and 32 channels, 7×7 runs of 7).
 DWRUN_GPU_TILES = ((7, 8, 16, 7, 4, 2, 64), (7, 4, 32, 7, 4, 1, 1), (4, 8, 16, 7, 4, 2, 128), (8, 4, 32, 5, 4, 2, 16),
                    (14, 4, 32, 3, 4, 2, 32), (7, 16, 16, 3, 8, 2, 8), (8, 1, 32, 3, 1, 1, 4), (14, 8, 16, 3, 4, 1, 16),
-                   (8, 4, 16, 3, 2, 2, 16))
+                   (8, 4, 16, 3, 2, 2, 16), (3, 1, 32, 7, 1, 2, 1), (7, 2, 16, 3, 1, 1, 64), (7, 1, 32, 3, 1, 2, 128),
+                   (7, 2, 16, 7, 1, 2, 32))
 #: dwrun channel-pair (vec 2) GPU-test kernels, as DWRUN_GPU_TILES (runs · block_n = 64 × warps): 3×3, 5×5, 7×7.
 DWRUN_GPU_PAIR_TILES = ((8, 4, 32, 3, 2, 2, 16), (7, 2, 64, 5, 2, 1, 1), (2, 8, 32, 7, 4, 2, 64))
 #: dwrun forward / backward-data GPU-test kernels with rows through shared memory (num_stages 3, 4) and two or four
 #: channels a thread (run, runs, block_n, filter height, warps, num_stages, vec; runs · block_n = 32 · vec × warps).
 DWRUN_GPU_STAGED_TILES = ((4, 4, 32, 3, 2, 3, 2), (4, 4, 64, 3, 2, 4, 4), (7, 16, 16, 3, 4, 4, 2),
-                          (4, 8, 64, 3, 4, 3, 4), (2, 4, 64, 5, 2, 3, 4), (2, 8, 32, 7, 4, 3, 2))
+                          (4, 8, 64, 3, 4, 3, 4), (2, 4, 64, 5, 2, 3, 4), (2, 8, 32, 7, 4, 3, 2),
+                          # session 40's one-warp 3×3 tiles of default
+                          (5, 4, 32, 3, 1, 3, 4), (4, 2, 64, 3, 1, 3, 4), (2, 4, 32, 3, 1, 4, 4),
+                          (3, 1, 64, 3, 1, 4, 2))
 #: Backward-weight dwroll kernels beyond DWROLL_GPU_TILES: default's lean 3x3 tile at its largest split.
 DWROLL_GPU_EXTRA_WEIGHT = ((64, 16, 3, 8, 2, 128),)
 
@@ -453,6 +458,10 @@ def gpu_configs(direction: Direction, dtype: DType, ndim: int) -> list[KernelCon
         out += [KernelConfig(direction, dtype, ndim, family, block_m, block_n, 64, 4, 3, 8, split_k, 1, 8)
                 for family in (Family.IGEMM, Family.GEMM1X1) for block_m, block_n in ((64, 128), (128, 64))
                 for split_k in (1, 8)]
+        # gmerge at default's 64 splits (rules.GMERGE_WEIGHT_LONG_SPLIT; session 40's n143 g4 1x3 tile, and the v1
+        # tile of the 3D n3 g13 layer): on the problems long enough for every split to own a step.
+        out += [KernelConfig(direction, dtype, ndim, Family.GMERGE, 64, 32, 64, 4, 4, 8, 64, 4, 8),
+                KernelConfig(direction, dtype, ndim, Family.GMERGE, 64, 64, 32, 4, 2, 8, 64, 8, 1)]
     # The large tensor-core tiles (fwd / bwd_data, aligned channels), and unpipelined (L1-cached) ones.
     if direction is not Direction.BACKWARD_WEIGHT:
         out += split_data_gpu_configs(direction, dtype, ndim)
