@@ -393,7 +393,7 @@ DWROW_SCALAR_WEIGHT_TILES = {
 #: 7 (96-146 registers) and a 14-column run for 28-wide rows. 3D: the 3×3×3 tiles.
 #: One-warp tiles (session 40, ``bench/results/2026-11-29_h200_s40/dwrun_w1_probe``): on the 14- and 7-wide MobileNetV2
 #: and ConvNeXt layers at batch 32 they beat every earlier dwrun and dwrow tile by 7-11 % (c576 14×14 3×3 14.3 → 13.1
-#: µs, c384 14×14 7×7 28.4 → 25.6); on the 56-wide layers they lose (0.42-0.67×) and the earlier tiles stay.
+#: µs, c384 14×14 7×7 28.4 → 25.6); on the 56- and 28-wide layers they lose (0.42-0.93×) and the earlier tiles stay.
 DWRUN_WEIGHT_TILES = {
     3: ((7, 128, 4, 2, 1), (7, 32, 4, 2, 4), (7, 16, 4, 2, 8), (7, 16, 8, 2, 16), (14, 32, 2, 1, 2), (7, 16, 1, 1, 2),
         (7, 32, 1, 2, 1)),
