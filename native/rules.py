@@ -697,13 +697,14 @@ def _default_rule(config: KernelConfig) -> bool:
         return False
     if c.split_k > 1 and c.direction is not Direction.BACKWARD_WEIGHT:
         return _default_split_data_rule(c)
-    gmerge_long = (c.family is Family.GMERGE and c.direction is Direction.BACKWARD_WEIGHT
-                   and c.split_k == GMERGE_WEIGHT_LONG_SPLIT)
-    if c.split_k in WEIGHT_EXTRA_SPLITS and c.direction is Direction.BACKWARD_WEIGHT and not gmerge_long:
+    # Splits every tile of the rest of this rule may take (gmerge backward-weight: also its long split).
+    splits = ((1, 4, 16, GMERGE_WEIGHT_LONG_SPLIT)
+              if c.family is Family.GMERGE and c.direction is Direction.BACKWARD_WEIGHT else (1, 4, 16))
+    if c.split_k not in splits and c.split_k in WEIGHT_EXTRA_SPLITS and c.direction is Direction.BACKWARD_WEIGHT:
         return ((c.family is Family.IGEMM or (c.family is Family.GEMM1X1 and c.ndim == 2))
                 and (c.block_m, c.block_n, c.block_k) in WEIGHT_EXTRA_SPLIT_TILES and c.num_warps == 4
                 and c.num_stages == 3 and c.group_m == 8 and c.vec == 8 and not c.index64 and c.dtype is not DType.FP32)
-    if c.group_m != 8 or (c.split_k not in (1, 4, 16) and not gmerge_long):
+    if c.group_m != 8 or c.split_k not in splits:
         return False
     if c.num_stages == 1:
         # Not pipelined: plain loads, cached in L1, where the filter taps' overlapping activation rows

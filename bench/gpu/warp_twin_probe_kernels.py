@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
+import functools
 from pathlib import Path
 
 import pandas as pd
@@ -61,9 +61,10 @@ def twin(seed: KernelConfig, warps: int) -> KernelConfig | None:
     return None
 
 
+@functools.cache
 def spills(name: str, binaries: Path) -> bool:
-    """Whether ptxas spills any program of ``name`` (compiled here for sm_90 by config_probe's worker, ``cap``)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    """Whether ptxas spills any program of ``name`` (compiled here for sm_90 by config_probe's worker, ``cap``; once a
+    kernel, whichever layers list it)."""
     from config_probe import _compile
 
     return any(program["spill_bytes"] for program in _compile(name, "cap", str(binaries))["programs"].values())
