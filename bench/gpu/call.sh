@@ -69,8 +69,8 @@
 #             (--oracle-only) into $WORK/padded (resumes) and its report.
 #   padded_groups: group-padded depthwise kernels: kernel GPU tests (TESTS_K, default padded), then (SWEEP=0: not)
 #             bench/problems/unaligned_depthwise.json x 3 directions (--oracle-only) into $WORK/padded_groups (resumes).
-#   padded_rows: training rows of the channel-padded kernels (refresh_sets.json new_kernels) on the models' problems
-#             they run (models/data/problems/padded/; DIRS, KINDS, SHARD=I/N) into $WORK/padded_rows_KIND_DIR (resumes).
+#   rows:     training rows of refresh_sets.json's new_kernels on the models' problems they run
+#             (models/data/problems/$ROWS/, ROWS default new; DIRS, KINDS, SHARD=I/N) into $WORK/${ROWS}_rows_KIND_DIR (resumes).
 #   fp16_rows: the first LIMIT (default 100) problems of the models' lists (KINDS, default validation; DIRS; SHARD=I/N)
 #             timed in fp16 on the current binaries, every default kernel, into $WORK/fp16_KIND_DIR (resumes): fp16
 #             ground truth for the fp16 models.
@@ -160,7 +160,7 @@ complete_new() {
     --cache-dir "$3" --out "$WORK/complete_new_${kind}_$d" >> "$WORK/logs/complete_new_${kind}_$d.txt" 2>&1
   echo "complete new $kind $d rc $?"; grep -E "^bench: completing" "$WORK/logs/complete_new_${kind}_$d.txt" | tail -1; tail -1 "$WORK/logs/complete_new_${kind}_$d.txt"
 }
-case ${1:?synth, complete, torch, planar, multiplier, padded, padded_groups, padded_rows, refresh, new, halo_data, probe, configs, l1, dwrow, dwrun, dwrun_data, dwrun_pair, flat, harness, held, halo, halo_weight, profiles, tests, variants or dev} in
+case ${1:?synth, complete, torch, planar, multiplier, padded, padded_groups, rows, refresh, new, halo_data, probe, configs, l1, dwrow, dwrun, dwrun_data, dwrun_pair, flat, harness, held, halo, halo_weight, profiles, tests, variants or dev} in
   synth) synth ;;
   complete)
     M=models/data/measured
@@ -244,19 +244,21 @@ print(json.dumps([p.to_dict() for p in s(100, seed=7) if p.ndim == 3]))" > "$WOR
       "Depthwise problems with a channel count not a multiple of 8: tiledispatch vs cuDNN (bf16)" \
       --problems bench/problems/unaligned_depthwise.json
     ;;
-  padded_rows)
-    # Training rows of the channel-padded kernels: for each direction of DIRS (default all three) and kind of KINDS,
-    # its new_kernels (refresh_sets.json: default's bf16 pad_channels kernels; a registry of only them) on the problems
-    # of the models' lists they run (models/data/problems/padded/, bench/gpu/padded_problems.py; SHARD=I/N: every N-th
-    # training problem), --training timing, no cuDNN, into $WORK/padded_rows_KIND_DIR (resumes on a warm machine).
+  rows)
+    # Training rows of kernels no shipped model ranks: for each direction of DIRS (default all three) and kind of KINDS,
+    # its new_kernels (refresh_sets.json; a registry of only them) on the problems of the models' lists they run
+    # (models/data/problems/$ROWS/ from bench/gpu/row_problems.py --select $ROWS; session 38 ran it as padded_rows on
+    # ROWS=padded; SHARD=I/N: every N-th training problem), --training timing, no cuDNN, into
+    # $WORK/${ROWS}_rows_KIND_DIR (resumes on a warm machine).
+    ROWS=${ROWS:-new}
     python3 bench/gpu/build_new.py "$WORK/registry_new" ${DIRS:-fwd bwd_data bwd_weight} 2>&1 | tail -1 | cut -c1-200
     for d in ${DIRS:-fwd bwd_data bwd_weight}; do
       for kind in ${KINDS:-train validation}; do
         shard=(); if [ "$kind" = train ] && [ -n "${SHARD:-}" ]; then shard=(--shard "$SHARD"); fi
-        timeout "$(left)" td bench --problems "models/data/problems/padded/${kind}_$d.json" --direction "$d" --training \
+        timeout "$(left)" td bench --problems "models/data/problems/$ROWS/${kind}_$d.json" --direction "$d" --training \
           "${shard[@]}" --kernels "$(refresh_set "$d" new_kernels)" --no-cudnn --cache-dir "$WORK/registry_new" \
-          --out "$WORK/padded_rows_${kind}_$d" >> "$WORK/logs/padded_rows_${kind}_$d.txt" 2>&1
-        echo "padded rows $kind $d rc $?"; tail -1 "$WORK/logs/padded_rows_${kind}_$d.txt"
+          --out "$WORK/${ROWS}_rows_${kind}_$d" >> "$WORK/logs/${ROWS}_rows_${kind}_$d.txt" 2>&1
+        echo "$ROWS rows $kind $d rc $?"; tail -1 "$WORK/logs/${ROWS}_rows_${kind}_$d.txt"
       done
     done
     ;;
