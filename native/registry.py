@@ -283,12 +283,12 @@ def _update_manifest(cache: Path, arch: str, results: list[BuildResult], build_r
     write_json_atomic(path, manifest)
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON through a temporary file in the same directory and ``os.replace``."""
+def write_json_atomic(path: Path, data: Any, *, indent: int | None = 1, sort_keys: bool = True) -> None:
+    """Write JSON through a temporary file in the same directory and ``os.replace`` (``indent=None``: one line)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=path.name + ".", suffix=".tmp",
                                      delete=False) as handle:
-        json.dump(data, handle, indent=1, sort_keys=True)
+        json.dump(data, handle, indent=indent, sort_keys=sort_keys)
         handle.flush()
         os.fsync(handle.fileno())
         temporary = handle.name

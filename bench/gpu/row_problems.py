@@ -13,19 +13,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
 from tiledispatch.native.configs import KernelConfig, parse_kernel_name
 from tiledispatch.native.problem import ConvProblem, Direction
+from tiledispatch.native.registry import write_json_atomic
 from tiledispatch.native.rules import rule_set_configs
 from tiledispatch.native.support import is_supported
 
 LISTS = Path("models/data/problems")
 SETS = Path("bench/gpu/refresh_sets.json")
+#: The folders a selection's own sweeps wrote (``call.sh rows``), named by this part: the lists hold them after the
+#: sweep, and a completion row counts only where the other folders measured.
+OWN_FOLDERS = {"padded": "complete_padded", "new": "new_rows"}
 
 
 def measured_keys(folders: list[str]) -> set[str]:
@@ -46,15 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--select", choices=("padded", "new"), required=True)
     args = parser.parse_args(argv)
     out = LISTS / args.select
-    out.mkdir(exist_ok=True)
     sets = json.loads(SETS.read_text())["sets"]
     described = {"padded": "a bf16 pad_channels kernel", "new": "a refresh_sets.json new_kernels kernel"}[args.select]
     for direction in Direction:
         kernels = selected_kernels(args.select, direction, sets)
         for kind in ("train", "validation"):
             document = json.loads((LISTS / f"{kind}_{direction.value}.json").read_text())
-            # (not the padded sweeps' own folders: a completion row counts where the other folders measured)
-            measured = measured_keys([f for f in sets[direction.value][kind] if "complete_padded" not in f])
+            measured = measured_keys([f for f in sets[direction.value][kind] if OWN_FOLDERS[args.select] not in f])
             problems = [ConvProblem.from_dict(entry) for entry in document["problems"]]
             keep = [i for i, problem in enumerate(problems)
                     if problem.key in measured and any(is_supported(problem, c) for c in kernels)]
@@ -63,10 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                       "problems": [document["problems"][i] for i in keep],
                       "meta": [document["meta"][i] for i in keep]}
             target = out / f"{kind}_{direction.value}.json"
-            handle, temporary = tempfile.mkstemp(dir=out, suffix=".tmp")
-            with os.fdopen(handle, "w") as stream:
-                json.dump(subset, stream)
-            os.replace(temporary, target)
+            write_json_atomic(target, subset, indent=None, sort_keys=False)
             print(target, len(keep), "of", len(document["problems"]))
     return 0
 
